@@ -1,0 +1,26 @@
+# The README's two commands: `make demo` and `make test`. Both set themselves up.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO := demo
+
+.PHONY: demo test venv clean
+
+$(BIN)/python:
+	$(shell command -v $(PYTHON) || echo python3) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	PATH="$(abspath $(BIN)):$$PATH" sh scripts/demo.sh $(DEMO)
+
+test: venv
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) $(DEMO)

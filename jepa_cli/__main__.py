@@ -1,0 +1,3 @@
+from jepa_cli.cli.main import main
+
+main()

@@ -1,0 +1,103 @@
+"""What every subcommand shares: output options, the stderr console, result printing, progress."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from typing import Any, Callable, Iterator
+
+import click
+
+
+def output_options(func: Callable) -> Callable:
+    """Adds --json, -v/--verbose and -q/--quiet."""
+    func = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")(func)
+    func = click.option("-v", "--verbose", count=True, help="More logging on stderr.")(func)
+    func = click.option("-q", "--quiet", is_flag=True, help="No progress or logs on stderr.")(func)
+    return func
+
+
+def stderr_console(quiet: bool = False):
+    """The rich console for logs and progress; stdout stays for results."""
+    from rich.console import Console
+
+    return Console(stderr=True, quiet=quiet)
+
+
+def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None] | str | None = None) -> None:
+    """Prints a command's result: one JSON object with --json, else the human rendering on stdout."""
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=_json_default) + "\n")
+        return
+    if callable(human):
+        human(result)
+    elif isinstance(human, str):
+        click.echo(human)
+    else:
+        print_mapping(result)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
+    """A two-column table of a flat mapping on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold cyan")
+    table.add_column()
+    for key, value in mapping.items():
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        elif isinstance(value, (list, tuple)) and len(value) > 12:
+            value = f"[{', '.join(map(str, value[:12]))}, ...] ({len(value)} items)"
+        elif isinstance(value, dict):
+            value = json.dumps(value, default=_json_default)
+        table.add_row(str(key), str(value))
+    Console(soft_wrap=True).print(table)
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int | None, unit: str, quiet: bool = False) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr with a rate in `unit`/s; yields `advance(n)`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = [
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=stderr_console(quiet), transient=False, disable=quiet) as progress:
+        task = progress.add_task(description, total=total, rate="")
+
+        def advance(n: int) -> None:
+            progress.advance(task, n)
+            speed = progress.tasks[0].speed
+            if speed:
+                progress.update(task, rate=f"{speed:,.0f} {unit}/s")
+
+        yield advance
+
+
+def parse_hxw(value: str | None, option: str) -> tuple[int, int] | None:
+    """'64x48' -> (64, 48); a single number means a square."""
+    if value is None:
+        return None
+    parts = value.lower().split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise click.BadParameter(f"expected HxW such as 64x64, got {value!r}", param_hint=option) from None
+    if len(dims) == 1:
+        dims = dims * 2
+    if len(dims) != 2 or min(dims) <= 0:
+        raise click.BadParameter(f"expected HxW such as 64x64, got {value!r}", param_hint=option)
+    return dims  # type: ignore[return-value]

@@ -1,0 +1,75 @@
+"""`jepa info`: describe anything this tool writes, by what its metadata says it is.
+
+Each kind registers a describer lazily (module path), so describing a dataset never imports JAX.
+A describer takes the path and its group attributes and returns a JSON-able dict.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from jepa_cli.data import store
+from jepa_cli.errors import InputError
+
+# jepa_kind -> "module:function". Later kinds (runs, masks, latents) add a line here.
+DESCRIBERS: dict[str, str] = {
+    "dataset": "jepa_cli.data.describe:describe_dataset",
+}
+
+RUN_MARKER = "run.json"  # a training run directory holds this file (docs/formats.md)
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """A JSON-able description of the dataset, mask file, embedding set or run at `path`."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if (path / RUN_MARKER).exists():
+        kind, attrs = "run", {}
+    else:
+        attrs = store.read_attributes(path)
+        kind = attrs.get("jepa_kind", "dataset")
+    if kind not in DESCRIBERS:
+        raise InputError(f"{path}: cannot describe a {kind!r} (known: {', '.join(sorted(DESCRIBERS))})")
+    module_name, func_name = DESCRIBERS[kind].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    return {"path": str(path), "kind": kind} | func(path, attrs)
+
+
+def array_summary(path: Path) -> dict[str, Any]:
+    """Shape, dtype and chunking of one zarr v3 array, from its metadata alone."""
+    import json
+
+    meta = json.loads((path / "zarr.json").read_text())
+    chunk = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    codecs = [c["name"] for c in meta.get("codecs", [])]
+    return {"shape": meta["shape"], "dtype": meta["data_type"], "chunks": chunk, "codecs": codecs}
+
+
+def describe_dataset(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
+    """A dataset: its arrays, attributes, label histogram and bytes on disk."""
+    import numpy as np
+
+    if not (path / "inputs").exists():
+        raise InputError(f"{path}: a dataset needs an 'inputs' array")
+    out: dict[str, Any] = {
+        "modality": attrs.get("modality"),
+        "layout": attrs.get("layout"),
+        "num_samples": None,
+        "inputs": array_summary(path / "inputs"),
+    }
+    out["num_samples"] = out["inputs"]["shape"][0]
+    class_names = attrs.get("class_names") or []
+    if (path / "labels").exists():
+        out["labels"] = array_summary(path / "labels")
+        labels = store.read_array(path / "labels")
+        counts = np.bincount(labels, minlength=len(class_names)) if labels.size else np.zeros(0, int)
+        names = class_names if len(class_names) == len(counts) else [str(i) for i in range(len(counts))]
+        out["label_histogram"] = {name: int(c) for name, c in zip(names, counts)}
+    out["num_classes"] = len(class_names) if class_names else None
+    out["class_names"] = class_names
+    out["bytes_on_disk"] = store.disk_bytes(path)
+    out["attributes"] = {k: v for k, v in attrs.items() if k not in ("class_names",)}
+    return out
