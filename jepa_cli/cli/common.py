@@ -63,9 +63,25 @@ def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
     Console(soft_wrap=True).print(table)
 
 
+class ProgressHandle:
+    """Callable `advance(n)`; `set_total(n)` once the size of the work is known."""
+
+    def __init__(self, progress, task, unit: str) -> None:
+        self._progress, self._task, self._unit = progress, task, unit
+
+    def __call__(self, n: int = 1) -> None:
+        self._progress.advance(self._task, n)
+        speed = self._progress.tasks[0].speed
+        if speed:
+            self._progress.update(self._task, rate=f"{speed:,.0f} {self._unit}/s")
+
+    def set_total(self, total: int) -> None:
+        self._progress.update(self._task, total=total)
+
+
 @contextlib.contextmanager
-def progress_bar(description: str, total: int | None, unit: str, quiet: bool = False) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr with a rate in `unit`/s; yields `advance(n)`."""
+def progress_bar(description: str, total: int | None, unit: str, quiet: bool = False) -> Iterator[ProgressHandle]:
+    """A rich progress bar on stderr with a rate in `unit`/s."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = [
@@ -75,16 +91,10 @@ def progress_bar(description: str, total: int | None, unit: str, quiet: bool = F
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
     ]
-    with Progress(*columns, console=stderr_console(quiet), transient=False, disable=quiet) as progress:
-        task = progress.add_task(description, total=total, rate="")
-
-        def advance(n: int) -> None:
-            progress.advance(task, n)
-            speed = progress.tasks[0].speed
-            if speed:
-                progress.update(task, rate=f"{speed:,.0f} {unit}/s")
-
-        yield advance
+    console = stderr_console(quiet)
+    # Bars only on a terminal: a redirected stderr gets logs and errors, not redraws.
+    with Progress(*columns, console=console, transient=False, disable=quiet or not console.is_terminal) as progress:
+        yield ProgressHandle(progress, progress.add_task(description, total=total, rate=""), unit)
 
 
 def parse_hxw(value: str | None, option: str) -> tuple[int, int] | None:

@@ -1,0 +1,61 @@
+"""`jepa ingest SOURCE OUT.zarr`."""
+
+from __future__ import annotations
+
+import click
+
+from jepa_cli.cli.common import emit, output_options, parse_hxw, progress_bar, stderr_console
+
+
+def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from jepa_cli.data.sources import BUILTINS
+
+    for name, text in BUILTINS.items():
+        click.echo(f"builtin:{name}\t{text}")
+    ctx.exit(0)
+
+
+@click.command("ingest")
+@click.argument("source", required=True)
+@click.argument("out", type=click.Path(dir_okay=True, file_okay=False), required=True)
+@click.option("--labels", "labels_path", help="Labels file (.npy, .txt, IDX) for an array or IDX source.")
+@click.option("--size", help="Resize with a center crop to HxW (needed when sample sizes differ).")
+@click.option("--channels", type=click.Choice(["1", "3"]), help="Convert to 1 (grayscale) or 3 (RGB) channels.")
+@click.option("--split", type=click.Choice(["train", "test"]), help="Keep one side of a stratified split.")
+@click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Fraction of each class in the test split.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split.")
+@click.option("--limit", type=int, help="Keep at most N samples (after the split).")
+@click.option("--skip-bad", is_flag=True, help="Skip unreadable files and report how many.")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("--list-builtins", is_flag=True, expose_value=False, is_eager=True, callback=_list_builtins,
+              help="List the built-in sources and exit.")
+@output_options
+def command(source, out, labels_path, size, channels, split, test_fraction, seed, limit, skip_bad, force,
+            as_json, verbose, quiet):
+    """Put images or arrays into a dataset directory (zarr v3).
+
+    SOURCE is a folder of images (ROOT/<class>/* gives labels), a .npy/.npz file, an IDX file
+    (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins).
+
+    \b
+    Example:
+      jepa ingest builtin:digits digits-train.zarr --size 16x16 --split train --seed 0
+      jepa ingest t10k-images-idx3-ubyte.gz mnist-test.zarr --labels t10k-labels-idx1-ubyte.gz
+    """
+    from jepa_cli.data.ingest import ingest
+    from jepa_cli.data.sources import open_source
+    from jepa_cli.data.store import check_output
+
+    check_output(out, force)
+    opened = open_source(source, labels_path)
+    with progress_bar(f"ingest {source}", None, "files", quiet=quiet or as_json) as advance:
+        summary = ingest(opened, out, size=parse_hxw(size, "--size"), channels=int(channels) if channels else None,
+                         split=split, test_fraction=test_fraction, seed=seed, limit=limit, skip_bad=skip_bad,
+                         force=force, progress=advance, on_total=advance.set_total)
+    if summary["skipped"] and not as_json:
+        stderr_console(quiet).print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
+    emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} uint8"
+         + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
+         + (f", skipped {summary['skipped']}" if summary["skipped"] else ""))

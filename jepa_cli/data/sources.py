@@ -1,0 +1,211 @@
+"""Where `jepa ingest` reads samples from: image folders, .npy/.npz arrays, IDX files, built-ins.
+
+A `Source` knows how many samples it has and their labels up front (cheap: file listings and
+label files only) and decodes one sample at a time, so a folder of a million images is never
+held in memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from jepa_cli.errors import InputError
+
+IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
+BUILTINS = {
+    "digits": "1,797 real 8x8 grayscale handwritten digits, 10 classes (ships with scikit-learn, no download)",
+}
+IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+
+
+class BadSample(Exception):
+    """One sample that cannot be decoded; `--skip-bad` skips it, otherwise it is an InputError."""
+
+
+@dataclass
+class Source:
+    """A random-access collection of samples with labels known up front."""
+
+    description: str
+    count: int
+    read: Callable[[int], Any]  # index -> PIL.Image or np.ndarray [H, W] / [H, W, C]; raises BadSample
+    item_name: Callable[[int], str]  # index -> name used in error messages
+    labels: np.ndarray | None = None  # int32 [count]
+    class_names: list[str] = field(default_factory=list)
+
+
+def open_source(spec: str, labels_path: str | None = None) -> Source:
+    """Opens `spec`: `builtin:NAME`, a folder of images, a .npy/.npz file or an IDX file (maybe .gz)."""
+    if spec.startswith("builtin:"):
+        if labels_path:
+            raise InputError("--labels does not apply to a builtin: source")
+        return _builtin(spec.removeprefix("builtin:"))
+    path = Path(spec)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_dir():
+        if labels_path:
+            raise InputError("--labels does not apply to an image folder (labels come from its subfolders)")
+        return _image_folder(path)
+    name = path.name.lower()
+    if name.endswith(".npz"):
+        source = _npz(path)
+    elif name.endswith(".npy"):
+        source = _array_source(path, np.load(path, mmap_mode="r"), str(path))
+    else:
+        source = _array_source(path, read_idx(path), str(path))
+    if labels_path is not None:
+        source.labels, source.class_names = _labels_with_names(load_labels(labels_path), labels_path)
+    if source.labels is not None and len(source.labels) != source.count:
+        where = labels_path or str(path)
+        raise InputError(f"{where}: {len(source.labels)} labels for {source.count} samples")
+    return source
+
+
+def _builtin(name: str) -> Source:
+    if name not in BUILTINS:
+        raise InputError(f"builtin:{name}: unknown built-in source (known: {', '.join('builtin:' + n for n in BUILTINS)})")
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # sklearn's digits are 0..16
+    source = _array_source(Path("builtin:digits"), images, "builtin:digits")
+    source.labels = digits.target.astype(np.int32)
+    source.class_names = [str(int(c)) for c in digits.target_names]
+    return source
+
+
+def _image_folder(root: Path) -> Source:
+    subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if subdirs:
+        files: list[Path] = []
+        labels: list[int] = []
+        class_names = [d.name for d in subdirs]
+        for label, subdir in enumerate(subdirs):
+            found = _list_images(subdir)
+            files += found
+            labels += [label] * len(found)
+        label_array: np.ndarray | None = np.asarray(labels, dtype=np.int32)
+    else:
+        files, class_names, label_array = _list_images(root), [], None
+    if not files:
+        raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))})")
+
+    def read(i: int):
+        from PIL import Image
+
+        try:
+            image = Image.open(files[i])
+            image.load()
+        except Exception as exc:  # noqa: BLE001 - Pillow raises many kinds for a corrupt file
+            raise BadSample(f"{files[i]}: cannot decode image ({type(exc).__name__}: {exc})") from None
+        return image
+
+    return Source(str(root), len(files), read, lambda i: str(files[i]), label_array, class_names)
+
+
+def _list_images(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+
+
+def _npz(path: Path) -> Source:
+    try:
+        archive = np.load(path)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{path}: cannot read .npz ({exc})") from None
+    keys = list(archive.keys())
+    image_key = next((k for k in ("inputs", "images", "x", "x_train", "data") if k in keys),
+                     next((k for k in keys if k not in ("labels", "y", "targets")), None))
+    if image_key is None:
+        raise InputError(f"{path}: no image array in the .npz (keys: {', '.join(keys)})")
+    source = _array_source(path, archive[image_key], f"{path}[{image_key}]")
+    label_key = next((k for k in ("labels", "y", "targets", "y_train") if k in keys), None)
+    if label_key is not None:
+        source.labels, source.class_names = _labels_with_names(archive[label_key], f"{path}[{label_key}]")
+    return source
+
+
+def _array_source(path: Path, array: np.ndarray, description: str) -> Source:
+    if array.ndim not in (3, 4) or (array.ndim == 4 and array.shape[-1] not in (1, 3, 4)):
+        raise InputError(f"{path}: expected images [N, H, W] or [N, H, W, C] with C in 1, 3, 4; got shape {list(array.shape)}")
+
+    def read(i: int) -> np.ndarray:
+        return to_uint8(np.asarray(array[i]), f"{path}[{i}]")
+
+    return Source(description, int(array.shape[0]), read, lambda i: f"{path}[{i}]")
+
+
+def to_uint8(sample: np.ndarray, name: str) -> np.ndarray:
+    """Pixels as uint8: integers in [0, 255] pass, floats in [0, 1] are scaled by 255."""
+    if sample.dtype == np.uint8:
+        return sample
+    if sample.dtype == np.bool_:
+        return sample.astype(np.uint8) * 255
+    if np.issubdtype(sample.dtype, np.integer):
+        if sample.size and (sample.min() < 0 or sample.max() > 255):
+            raise InputError(f"{name}: integer pixels outside [0, 255]")
+        return sample.astype(np.uint8)
+    if np.issubdtype(sample.dtype, np.floating):
+        if sample.size and (not np.isfinite(sample).all() or sample.min() < 0 or sample.max() > 1):
+            raise InputError(f"{name}: float pixels must lie in [0, 1]")
+        return np.round(sample * 255.0).astype(np.uint8)
+    raise InputError(f"{name}: unsupported pixel dtype {sample.dtype}")
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Reads an IDX file (MNIST's format), gzipped or not: magic 0x0000TTDD, then DD big-endian sizes."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from None
+    if len(data) < 4:
+        raise InputError(f"{path}: not an IDX file (too short)")
+    zero, type_code, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or type_code not in IDX_DTYPES or not 1 <= ndim <= 4:
+        raise InputError(f"{path}: not an IDX file (wrong magic number 0x{data[:4].hex()})")
+    header = 4 + 4 * ndim
+    shape = struct.unpack(f">{ndim}I", data[4:header])
+    dtype = np.dtype(IDX_DTYPES[type_code])
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(data) - header != expected:
+        raise InputError(f"{path}: IDX header says {list(shape)} ({expected} bytes) but {len(data) - header} bytes follow")
+    return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+
+
+def load_labels(path_str: str) -> np.ndarray:
+    """Labels from a .npy, .txt (one per line) or IDX file."""
+    path = Path(path_str)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    name = path.name.lower()
+    if name.endswith(".npy"):
+        labels = np.load(path)
+    elif name.endswith(".txt"):
+        labels = np.loadtxt(path, dtype=np.int64, ndmin=1)
+    else:
+        labels = read_idx(path)
+    if labels.ndim != 1:
+        raise InputError(f"{path}: labels must be one-dimensional, got shape {list(labels.shape)}")
+    return labels
+
+
+def _labels_with_names(labels: np.ndarray, where: str) -> tuple[np.ndarray, list[str]]:
+    """Integer labels 0..K-1 and their class names (the distinct values, sorted)."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise InputError(f"{where}: labels must be one-dimensional, got shape {list(labels.shape)}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise InputError(f"{where}: labels must be integers, got {labels.dtype}")
+    if labels.size and labels.min() < 0:
+        raise InputError(f"{where}: negative label {labels.min()}")
+    num_classes = int(labels.max()) + 1 if labels.size else 0
+    return labels.astype(np.int32), [str(i) for i in range(num_classes)]
