@@ -1,0 +1,278 @@
+"""`jepa ingest` and `jepa info` on datasets: the dataset contract of docs/formats.md."""
+
+import gzip
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorstore as ts
+from PIL import Image
+
+from conftest import assert_user_error
+
+
+def read(path: Path) -> np.ndarray:
+    return ts.open({"driver": "zarr3", "kvstore": f"file://{path}"}).result().read().result()
+
+
+def group_attributes(path: Path) -> dict:
+    return json.loads((path / "zarr.json").read_text())["attributes"]
+
+
+def nothing_written(parent: Path, name: str) -> bool:
+    return not any(p.name == name or p.name.startswith(f".{name}.") for p in parent.iterdir())
+
+
+def write_idx(path: Path, array: np.ndarray, magic_type: int = 0x08) -> None:
+    header = struct.pack(">HBB", 0, magic_type, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wb") as handle:
+        handle.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def class_folder(tmp_path: Path) -> Path:
+    root = tmp_path / "pets"
+    rng = np.random.default_rng(0)
+    for name, count in (("cat", 3), ("dog", 2)):
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 255, (12, 10, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+def test_png_class_folder_gives_labels_from_sorted_subfolders(run_cli, class_folder, tmp_path):
+    out = tmp_path / "pets.zarr"
+    result = run_cli("ingest", class_folder, out, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["shape"] == [5, 12, 10, 3]
+    assert read(out / "inputs").dtype == np.uint8
+    assert read(out / "labels").tolist() == [0, 0, 0, 1, 1]
+    attrs = group_attributes(out)
+    assert attrs["class_names"] == ["cat", "dog"]
+    assert (attrs["modality"], attrs["layout"], attrs["jepa_kind"]) == ("image", "NHWC", "dataset")
+    first = np.asarray(Image.open(class_folder / "cat" / "0.png"))
+    assert np.array_equal(read(out / "inputs")[0], first)
+
+
+def test_flat_folder_is_unlabelled(run_cli, class_folder, tmp_path):
+    out = tmp_path / "flat.zarr"
+    assert run_cli("ingest", class_folder / "cat", out).exit_code == 0
+    assert not (out / "labels").exists()
+    assert group_attributes(out)["class_names"] == []
+
+
+def test_npz_with_labels_key(run_cli, tmp_path):
+    images = np.arange(4 * 6 * 6, dtype=np.uint8).reshape(4, 6, 6)
+    np.savez(tmp_path / "a.npz", images=images, labels=np.array([2, 0, 1, 2]))
+    out = tmp_path / "a.zarr"
+    assert run_cli("ingest", tmp_path / "a.npz", out).exit_code == 0
+    assert read(out / "inputs").shape == (4, 6, 6, 1)
+    assert np.array_equal(read(out / "inputs")[..., 0], images)
+    assert read(out / "labels").tolist() == [2, 0, 1, 2]
+    assert group_attributes(out)["class_names"] == ["0", "1", "2"]
+
+
+def test_gzipped_idx_images_with_idx_labels(run_cli, tmp_path):
+    images = np.random.default_rng(1).integers(0, 255, (7, 28, 28), dtype=np.uint8)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.arange(7) % 3)
+    out = tmp_path / "mnist.zarr"
+    result = run_cli("ingest", tmp_path / "t10k-images-idx3-ubyte.gz", out, "--labels", tmp_path / "t10k-labels-idx1-ubyte.gz")
+    assert result.exit_code == 0, result.stderr
+    assert np.array_equal(read(out / "inputs")[..., 0], images)
+    assert read(out / "labels").tolist() == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_builtin_digits_is_the_1797_real_digits(run_cli, tmp_path):
+    out = tmp_path / "digits.zarr"
+    assert run_cli("ingest", "builtin:digits", out).exit_code == 0
+    inputs, labels = read(out / "inputs"), read(out / "labels")
+    assert inputs.shape == (1797, 8, 8, 1) and labels.dtype == np.int32
+    assert np.bincount(labels).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+    assert inputs.max() == 255 and inputs.min() == 0
+    assert group_attributes(out)["source"] == "builtin:digits"
+
+
+def test_zarr_python_reads_the_dataset(run_cli, tmp_path):
+    import zarr
+
+    out = tmp_path / "digits.zarr"
+    run_cli("ingest", "builtin:digits", out, "--limit", "10")
+    group = zarr.open_group(str(out), mode="r")
+    assert group["inputs"].shape == (10, 8, 8, 1)
+    assert group.attrs["class_names"][:3] == ["0", "1", "2"]
+    assert np.array_equal(group["labels"][:], read(out / "labels"))
+
+
+def test_splits_are_disjoint_stratified_and_cover_the_source(run_cli, tmp_path):
+    for split in ("train", "test"):
+        result = run_cli("ingest", "builtin:digits", tmp_path / f"{split}.zarr", "--split", split,
+                         "--test-fraction", "0.25", "--seed", "3", "--json")
+        assert result.exit_code == 0, result.stderr
+    train, test = read(tmp_path / "train.zarr" / "inputs"), read(tmp_path / "test.zarr" / "inputs")
+    assert len(train) + len(test) == 1797
+    assert len(test) == 450  # sum over classes of round(0.25 * n_c), Python's round-half-even
+    test_counts = np.bincount(read(tmp_path / "test.zarr" / "labels"))
+    assert test_counts.min() >= 43 and test_counts.max() <= 46  # every class ~25 %
+
+
+def test_split_indices_are_disjoint_and_cover_every_sample():
+    from jepa_cli.data.ingest import split_indices
+
+    labels = np.arange(103) % 4
+    train = split_indices(labels, 103, "train", 0.3, seed=5)
+    test = split_indices(labels, 103, "test", 0.3, seed=5)
+    assert np.intersect1d(train, test).size == 0
+    assert np.array_equal(np.union1d(train, test), np.arange(103))
+    assert np.bincount(labels[test]).tolist() == [8, 8, 8, 8]  # round(0.3 * 26) and round(0.3 * 25)
+
+
+def test_split_is_deterministic_for_a_seed(run_cli, tmp_path):
+    for name in ("a", "b"):
+        run_cli("ingest", "builtin:digits", tmp_path / f"{name}.zarr", "--split", "test", "--seed", "7")
+    assert np.array_equal(read(tmp_path / "a.zarr" / "inputs"), read(tmp_path / "b.zarr" / "inputs"))
+
+
+def test_size_resizes_with_center_crop_and_channels_convert(run_cli, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    Image.new("L", (20, 10), 255).save(folder / "wide.png")
+    Image.new("RGB", (8, 16), (255, 0, 0)).save(folder / "tall.png")
+    out = tmp_path / "mixed.zarr"
+    assert run_cli("ingest", folder, out, "--size", "6x6", "--channels", "3").exit_code == 0
+    inputs = read(out / "inputs")
+    assert inputs.shape == (2, 6, 6, 3)
+    assert inputs[0].tolist() == [[[255, 0, 0]] * 6] * 6  # tall.png sorts first; pure red stays red
+
+
+def test_limit_keeps_the_first_samples(run_cli, tmp_path):
+    out = tmp_path / "few.zarr"
+    assert run_cli("ingest", "builtin:digits", out, "--limit", "5").exit_code == 0
+    assert read(out / "labels").tolist() == [0, 1, 2, 3, 4]
+
+
+def test_options_read_jepa_environment_variables(run_cli, tmp_path):
+    out = tmp_path / "env.zarr"
+    assert run_cli("ingest", "builtin:digits", out, env={"JEPA_INGEST_LIMIT": "3"}).exit_code == 0
+    assert read(out / "inputs").shape[0] == 3
+
+
+def test_skip_bad_skips_corrupt_files_and_reports_how_many(run_cli, class_folder, tmp_path):
+    (class_folder / "cat" / "broken.png").write_bytes(b"not a png")
+    out = tmp_path / "pets.zarr"
+    result = run_cli("ingest", class_folder, out, "--skip-bad", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["skipped"] == 1
+    assert read(out / "inputs").shape[0] == 5 and read(out / "labels").tolist() == [0, 0, 0, 1, 1]
+
+
+def test_info_describes_a_dataset(run_cli, tmp_path):
+    out = tmp_path / "digits.zarr"
+    run_cli("ingest", "builtin:digits", out, "--limit", "20")
+    info = json.loads(run_cli("info", out, "--json").stdout)
+    assert info["kind"] == "dataset" and info["num_samples"] == 20
+    assert info["inputs"]["shape"] == [20, 8, 8, 1] and info["inputs"]["dtype"] == "uint8"
+    assert info["label_histogram"]["0"] == 2 and sum(info["label_histogram"].values()) == 20
+    assert info["bytes_on_disk"] > 0
+    human = run_cli("info", out)
+    assert human.exit_code == 0 and "num_samples" in human.stdout
+
+
+# --- bad input: exit 2, one line, nothing written ------------------------------------------------
+
+def test_missing_source_is_refused(run_cli, tmp_path):
+    assert_user_error(run_cli("ingest", tmp_path / "nope", tmp_path / "o.zarr"), "nope", "no such file")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_unknown_builtin_is_refused(run_cli, tmp_path):
+    assert_user_error(run_cli("ingest", "builtin:cifar", tmp_path / "o.zarr"), "builtin:cifar", "unknown")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_corrupt_image_is_refused_naming_the_file(run_cli, class_folder, tmp_path):
+    (class_folder / "dog" / "zz.png").write_bytes(b"\x89PNG garbage")
+    assert_user_error(run_cli("ingest", class_folder, tmp_path / "o.zarr"), "zz.png", "cannot decode")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_labels_of_the_wrong_length_are_refused(run_cli, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((4, 5, 5), np.uint8))
+    np.save(tmp_path / "y.npy", np.zeros(3, np.int64))
+    result = run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr", "--labels", tmp_path / "y.npy")
+    assert_user_error(result, "y.npy", "3 labels for 4 samples")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_images_of_different_sizes_need_size(run_cli, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    Image.new("L", (8, 8)).save(folder / "a.png")
+    Image.new("L", (9, 8)).save(folder / "b.png")
+    assert_user_error(run_cli("ingest", folder, tmp_path / "o.zarr"), "b.png", "--size")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_idx_with_a_wrong_magic_number_is_refused(run_cli, tmp_path):
+    (tmp_path / "bad-idx3-ubyte").write_bytes(b"\x01\x02\x08\x03" + b"\x00" * 20)
+    assert_user_error(run_cli("ingest", tmp_path / "bad-idx3-ubyte", tmp_path / "o.zarr"), "bad-idx3-ubyte", "magic")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_existing_output_is_not_overwritten_without_force(run_cli, tmp_path):
+    out = tmp_path / "d.zarr"
+    run_cli("ingest", "builtin:digits", out, "--limit", "4")
+    before = read(out / "inputs")
+    assert_user_error(run_cli("ingest", "builtin:digits", out, "--limit", "9"), "d.zarr", "--force")
+    assert np.array_equal(read(out / "inputs"), before)
+    assert run_cli("ingest", "builtin:digits", out, "--limit", "9", "--force").exit_code == 0
+    assert read(out / "inputs").shape[0] == 9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
+
+
+def test_bad_option_is_one_line_exit_2(run_cli, tmp_path):
+    assert_user_error(run_cli("ingest", "builtin:digits", tmp_path / "o.zarr", "--channels", "2"), "--channels")
+    assert_user_error(run_cli("ingest", "builtin:digits", tmp_path / "o.zarr", "--size", "ax3"), "--size")
+
+
+def _ingest_process(tmp_path: Path, out: Path) -> subprocess.Popen:
+    np.save(tmp_path / "big.npy", np.zeros((40000, 8, 8), np.uint8))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "jepa_cli", "ingest", str(tmp_path / "big.npy"), str(out),
+                             "--size", "64x64"], env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def _wait_for_partial(tmp_path: Path, name: str, process: subprocess.Popen) -> None:
+    deadline = time.time() + 60
+    while not any(p.name.startswith(f".{name}.partial") for p in tmp_path.iterdir()):
+        assert process.poll() is None and time.time() < deadline, "ingest never started writing"
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_ingest_leaves_nothing_behind(tmp_path, sig):
+    out = tmp_path / "big.zarr"
+    process = _ingest_process(tmp_path, out)
+    _wait_for_partial(tmp_path, "big.zarr", process)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert nothing_written(tmp_path, "big.zarr"), stderr
+
+
+def test_killed_ingest_leaves_no_output_directory(tmp_path):
+    out = tmp_path / "big.zarr"
+    process = _ingest_process(tmp_path, out)
+    _wait_for_partial(tmp_path, "big.zarr", process)
+    process.kill()
+    process.wait(timeout=60)
+    assert not out.exists()
