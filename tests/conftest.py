@@ -23,7 +23,7 @@ def run_cli():
     from jepa_cli.cli.main import cli
 
     def run(*args: str, env: dict | None = None) -> CliResult:
-        result = CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False)
+        result = CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False, prog_name="jepa")
         return CliResult(result.exit_code, result.stdout, result.stderr)
 
     return run
