@@ -1,0 +1,120 @@
+"""Per-example NumPy image transforms for the data pipeline.
+
+Each transform is ``fn(example: dict, rng: np.random.Generator) -> dict``: it reads
+``example["image"]`` (uint8 [H, W, C]) and returns a copy of the example whose "image" is float32
+[S, S, C], normalised by mean/std. Resizing is Pillow bilinear (as torchvision on PIL images).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PIL import Image
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _size(s) -> tuple[int, int]:
+    if isinstance(s, (tuple, list)):
+        return int(s[0]), int(s[1])
+    return int(s), int(s)
+
+
+def _resize(image: np.ndarray, box: tuple[float, float, float, float], size) -> np.ndarray:
+    """Crop ``box`` (left, top, right, bottom) of uint8 [H, W, C] and resize to size (h, w)."""
+    h, w = size
+    c = image.shape[2]
+    if c in (1, 3):
+        pil = Image.fromarray(image[..., 0] if c == 1 else image, "L" if c == 1 else "RGB")
+        out = np.asarray(pil.resize((w, h), Image.BILINEAR, box=box), dtype=np.float32)
+        return out.reshape(h, w, c)
+    chans = [
+        np.asarray(
+            Image.fromarray(image[..., i].astype(np.float32), "F").resize(
+                (w, h), Image.BILINEAR, box=box
+            )
+        )
+        for i in range(c)
+    ]
+    return np.stack(chans, axis=-1).astype(np.float32)
+
+
+def _normalise(x: np.ndarray, mean, std) -> np.ndarray:
+    mean = np.asarray(mean, np.float32) * 255.0
+    std = np.asarray(std, np.float32) * 255.0
+    return ((x - mean) / std).astype(np.float32)
+
+
+def _as_hwc(image) -> np.ndarray:
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.dtype != np.uint8:
+        image = np.clip(image, 0, 255).astype(np.uint8)
+    return image
+
+
+def random_resized_crop_box(
+    height: int, width: int, rng: np.random.Generator, scale=(0.3, 1.0), ratio=(3 / 4, 4 / 3)
+) -> tuple[int, int, int, int]:
+    """torchvision RandomResizedCrop.get_params: (top, left, h, w)."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def random_resized_crop(
+    image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.3, 1.0), ratio=(3 / 4, 4 / 3)
+):
+    """Training transform: RandomResizedCrop to image_size, no flip, mean/std normalisation."""
+    size = _size(image_size)
+
+    def transform(example: dict, rng: np.random.Generator) -> dict:
+        image = _as_hwc(example["image"])
+        top, left, h, w = random_resized_crop_box(image.shape[0], image.shape[1], rng, scale, ratio)
+        x = _resize(image, (left, top, left + w, top + h), size)
+        return {**example, "image": _normalise(x, mean, std)}
+
+    return transform
+
+
+def resize_center_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize_ratio=256 / 224):
+    """Evaluation transform: resize the shorter side to round(size * resize_ratio), centre crop
+    to image_size, mean/std normalisation (the usual Resize(256) + CenterCrop(224))."""
+    size = _size(image_size)
+
+    def transform(example: dict, rng: np.random.Generator | None = None) -> dict:
+        image = _as_hwc(example["image"])
+        hh, ww = image.shape[:2]
+        short = max(int(size[0] * resize_ratio), size[0], size[1])
+        if hh <= ww:
+            rh, rw = short, max(int(short * ww / hh), size[1])
+        else:
+            rh, rw = max(int(short * hh / ww), size[0]), short
+        # resize then crop, done as one box resize: the crop in source coordinates
+        sy, sx = hh / rh, ww / rw
+        top = int(round((rh - size[0]) / 2.0))
+        left = int(round((rw - size[1]) / 2.0))
+        box = (left * sx, top * sy, (left + size[1]) * sx, (top + size[0]) * sy)
+        x = _resize(image, box, size)
+        return {**example, "image": _normalise(x, mean, std)}
+
+    return transform

@@ -1,0 +1,346 @@
+"""Vision Transformer encoder and I-JEPA predictor (Flax NNX).
+
+Follows the official I-JEPA src/models/vision_transformer.py: convolutional patchify, fixed 2D
+sin-cos position embedding added before masking, no CLS token, pre-norm blocks (LayerNorm eps 1e-6,
+qkv bias, GELU MLP), final LayerNorm. Every Linear / Conv weight is trunc-normal(0.02) (PyTorch's
+``trunc_normal_``: a normal of std 0.02 cut at +-2, i.e. effectively untruncated), biases 0,
+LayerNorm (1, 0). Parameters are float32; ``dtype`` is the compute dtype.
+
+Token selection uses index form: ``index`` int [B, K] (or [B, C, K]) picks patches (raster order)
+after the position embedding is added, ``valid`` bool of the same shape marks real slots; invalid
+slots are masked out as attention keys, so they change nothing in the valid tokens' outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jepa_cli.errors import InputError
+from jepa_cli.models.pos_embed import sincos_2d
+
+
+class ModelSize(NamedTuple):
+    width: int
+    depth: int
+    heads: int
+    mlp_ratio: float = 4.0
+
+
+MODEL_SIZES: dict[str, ModelSize] = {
+    "tiny": ModelSize(192, 12, 3),
+    "small": ModelSize(384, 12, 6),
+    "base": ModelSize(768, 12, 12),
+    "large": ModelSize(1024, 24, 16),
+    "huge": ModelSize(1280, 32, 16),
+    "giant": ModelSize(1408, 40, 16, 48 / 11),
+}
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _pair(x) -> tuple[int, int]:
+    if isinstance(x, (tuple, list)):
+        if len(x) != 2:
+            raise InputError(f"expected one size or (height, width), got {x!r}")
+        return int(x[0]), int(x[1])
+    return int(x), int(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Encoder + predictor configuration.
+
+    ``width``/``depth``/``heads``/``mlp_ratio`` override the ``model`` size table entry (None: the
+    table's value), for custom or test-sized models. ``pred_heads`` None means the encoder's heads.
+    ``dtype`` is the compute dtype ('float32' | 'bfloat16'); parameters are always float32.
+    """
+
+    model: str = "tiny"
+    patch_size: int = 16
+    image_size: int | tuple[int, int] = 224
+    channels: int = 3
+    pred_depth: int = 6
+    pred_width: int = 384
+    pred_heads: int | None = None
+    dtype: str = "float32"
+    width: int | None = None
+    depth: int | None = None
+    heads: int | None = None
+    mlp_ratio: float | None = None
+
+    def __post_init__(self):
+        if self.model not in MODEL_SIZES:
+            raise InputError(
+                f"unknown model size {self.model!r} (choose from {', '.join(MODEL_SIZES)})"
+            )
+        if self.dtype not in DTYPES:
+            raise InputError(f"unknown dtype {self.dtype!r} (choose from {', '.join(DTYPES)})")
+        if isinstance(self.image_size, list):
+            object.__setattr__(self, "image_size", tuple(self.image_size))
+        h, w = _pair(self.image_size)
+        p = self.patch_size
+        if p <= 0 or h % p or w % p:
+            raise InputError(f"image size {h}x{w} is not divisible by the patch size {p}")
+        if self.embed_dim % self.num_heads:
+            raise InputError(f"width {self.embed_dim} is not divisible by {self.num_heads} heads")
+        if self.embed_dim % 4:
+            raise InputError(f"width {self.embed_dim} must be divisible by 4 (2D sin-cos)")
+        if self.pred_width % self.predictor_heads or self.pred_width % 4:
+            raise InputError(
+                f"predictor width {self.pred_width} must be divisible by 4 and by "
+                f"{self.predictor_heads} heads"
+            )
+        if self.channels <= 0 or self.pred_depth < 0 or self.encoder_depth <= 0:
+            raise InputError("channels and depth must be positive")
+
+    @property
+    def size(self) -> ModelSize:
+        return MODEL_SIZES[self.model]
+
+    @property
+    def embed_dim(self) -> int:
+        return self.width or self.size.width
+
+    @property
+    def encoder_depth(self) -> int:
+        return self.depth or self.size.depth
+
+    @property
+    def num_heads(self) -> int:
+        return self.heads or self.size.heads
+
+    @property
+    def encoder_mlp_ratio(self) -> float:
+        return self.mlp_ratio or self.size.mlp_ratio
+
+    @property
+    def predictor_heads(self) -> int:
+        return self.pred_heads or self.num_heads
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        h, w = _pair(self.image_size)
+        return h // self.patch_size, w // self.patch_size
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid
+        return gh * gw
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    def encoder(self, rngs: nnx.Rngs) -> "VisionTransformer":
+        return VisionTransformer(
+            image_size=_pair(self.image_size),
+            patch_size=self.patch_size,
+            channels=self.channels,
+            width=self.embed_dim,
+            depth=self.encoder_depth,
+            heads=self.num_heads,
+            mlp_ratio=self.encoder_mlp_ratio,
+            dtype=self.compute_dtype,
+            rngs=rngs,
+        )
+
+    def predictor(self, rngs: nnx.Rngs) -> "VisionTransformerPredictor":
+        return VisionTransformerPredictor(
+            grid=self.grid,
+            embed_dim=self.embed_dim,
+            width=self.pred_width,
+            depth=self.pred_depth,
+            heads=self.predictor_heads,
+            mlp_ratio=4.0,
+            dtype=self.compute_dtype,
+            rngs=rngs,
+        )
+
+
+def trunc_normal(std: float = 0.02):
+    """PyTorch ``trunc_normal_(std=std)`` (bounds +-2 absolute): for std 0.02 a plain normal."""
+
+    def init(key, shape, dtype=jnp.float32):
+        x = jax.random.truncated_normal(key, -2.0 / std, 2.0 / std, shape, jnp.float32)
+        return (x * std).astype(dtype)
+
+    return init
+
+
+_zeros = nnx.initializers.zeros_init()
+
+
+def _linear(din, dout, dtype, rngs):
+    return nnx.Linear(
+        din, dout, kernel_init=trunc_normal(), bias_init=_zeros,
+        dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
+    )
+
+
+def _layer_norm(dim, dtype, rngs):
+    return nnx.LayerNorm(dim, epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+
+class Attention(nnx.Module):
+    def __init__(self, dim: int, heads: int, dtype, rngs: nnx.Rngs):
+        self.heads = heads
+        self.dtype = dtype
+        self.qkv = _linear(dim, 3 * dim, dtype, rngs)
+        self.proj = _linear(dim, dim, dtype, rngs)
+
+    def __call__(self, x, key_valid=None):
+        n, length, dim = x.shape
+        hd = dim // self.heads
+        qkv = self.qkv(x).reshape(n, length, 3, self.heads, hd)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        logits = jnp.einsum("nqhd,nkhd->nhqk", q * jnp.asarray(hd**-0.5, q.dtype), k)
+        logits = logits.astype(jnp.float32)
+        if key_valid is not None:
+            logits = jnp.where(key_valid[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
+        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        out = jnp.einsum("nhqk,nkhd->nqhd", weights, v).reshape(n, length, dim)
+        return self.proj(out)
+
+
+class Mlp(nnx.Module):
+    def __init__(self, dim: int, hidden: int, dtype, rngs: nnx.Rngs):
+        self.fc1 = _linear(dim, hidden, dtype, rngs)
+        self.fc2 = _linear(hidden, dim, dtype, rngs)
+
+    def __call__(self, x):
+        return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
+
+
+class Block(nnx.Module):
+    def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs):
+        self.norm1 = _layer_norm(dim, dtype, rngs)
+        self.attn = Attention(dim, heads, dtype, rngs)
+        self.norm2 = _layer_norm(dim, dtype, rngs)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
+
+    def __call__(self, x, key_valid=None):
+        x = x + self.attn(self.norm1(x), key_valid)
+        return x + self.mlp(self.norm2(x))
+
+
+def gather_tokens(x, index):
+    """x [B, N, D], index [B, ...] -> [B, ..., D]."""
+    b = x.shape[0]
+    flat = index.reshape(b, -1)
+    out = jnp.take_along_axis(x, flat[..., None].astype(jnp.int32), axis=1)
+    return out.reshape(*index.shape, x.shape[-1])
+
+
+class VisionTransformer(nnx.Module):
+    """ViT encoder: images [B, H, W, C] -> tokens [B, K, D * last_layers] (or [B, C, K, ...])."""
+
+    def __init__(
+        self, *, image_size: tuple[int, int], patch_size: int, channels: int, width: int,
+        depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
+    ):
+        self.image_size = tuple(image_size)
+        self.patch_size = patch_size
+        self.width = width
+        self.dtype = dtype
+        self.grid = (image_size[0] // patch_size, image_size[1] // patch_size)
+        self.patch_embed = nnx.Conv(
+            channels, width, kernel_size=(patch_size, patch_size),
+            strides=(patch_size, patch_size), padding="VALID",
+            kernel_init=trunc_normal(), bias_init=_zeros,
+            dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
+        )
+        self.blocks = nnx.List(
+            [Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)]
+        )
+        self.norm = _layer_norm(width, dtype, rngs)
+
+    def patchify(self, images):
+        """The strided convolution as one matmul: [B, H, W, C] -> [B, h*w, D] (raster order)."""
+        b, hh, ww, c = images.shape
+        p = self.patch_size
+        gh, gw = hh // p, ww // p
+        x = images.astype(self.dtype).reshape(b, gh, p, gw, p, c)
+        x = x.transpose(0, 1, 3, 2, 4, 5).reshape(b, gh * gw, p * p * c)
+        kernel = self.patch_embed.kernel[...].astype(self.dtype).reshape(p * p * c, self.width)
+        return x @ kernel + self.patch_embed.bias[...].astype(self.dtype)
+
+    def __call__(self, images, index=None, valid=None, last_layers: int = 1):
+        x = self.patchify(images)
+        pos = sincos_2d(self.width, self.grid)
+        x = x + jnp.asarray(pos, self.dtype)[None]
+        lead = None
+        if index is not None:
+            x = gather_tokens(x, index)  # [B, K, D] or [B, C, K, D]
+            if index.ndim == 3:
+                lead = index.shape[:2]
+                x = x.reshape(-1, *x.shape[2:])
+                if valid is not None:
+                    valid = valid.reshape(-1, valid.shape[-1])
+        depth = len(self.blocks)
+        if not 1 <= last_layers <= depth:
+            raise InputError(f"last_layers must be in 1..{depth}, got {last_layers}")
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, valid)
+            if i >= depth - last_layers:
+                outs.append(self.norm(x))
+        x = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
+        if lead is not None:
+            x = x.reshape(*lead, *x.shape[1:])
+        return x
+
+
+class VisionTransformerPredictor(nnx.Module):
+    """I-JEPA predictor: context tokens -> predictions at the target positions [B, M, T, D]."""
+
+    def __init__(
+        self, *, grid: tuple[int, int], embed_dim: int, width: int, depth: int, heads: int,
+        mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
+    ):
+        self.grid = tuple(grid)
+        self.width = width
+        self.dtype = dtype
+        self.predictor_embed = _linear(embed_dim, width, dtype, rngs)
+        self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
+        self.blocks = nnx.List(
+            [Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)]
+        )
+        self.norm = _layer_norm(width, dtype, rngs)
+        self.proj = _linear(width, embed_dim, dtype, rngs)
+
+    def __call__(self, context, context_index, context_valid, target_index, target_valid):
+        """context [B, C, K, D] (or [B, K, D]), context_index/valid [B, C, K] (or [B, K]),
+        target_index/valid [B, M, T]. C == 1: the context predicts every target set; C == M:
+        context c predicts target set c. Returns [B, M, T, D] in the compute dtype."""
+        if context.ndim == 3:
+            context, context_index = context[:, None], context_index[:, None]
+            context_valid = None if context_valid is None else context_valid[:, None]
+        b, c, k, _ = context.shape
+        m, t = target_index.shape[1:]
+        if c not in (1, m):
+            raise InputError(f"{c} contexts cannot pair with {m} target sets (need 1 or {m})")
+        if context_valid is None:
+            context_valid = jnp.ones(context_index.shape, bool)
+        if target_valid is None:
+            target_valid = jnp.ones(target_index.shape, bool)
+        pos = jnp.asarray(sincos_2d(self.width, self.grid), self.dtype)
+        x = self.predictor_embed(context) + pos[context_index]  # [B, C, K, W]
+        x = jnp.broadcast_to(x, (b, m, k, self.width))
+        cvalid = jnp.broadcast_to(context_valid, (b, m, k))
+        tokens = self.mask_token[...].astype(self.dtype) + pos[target_index]  # [B, M, T, W]
+        x = jnp.concatenate([x, tokens], axis=2).reshape(b * m, k + t, self.width)
+        valid = jnp.concatenate([cvalid, target_valid], axis=2).reshape(b * m, k + t)
+        for blk in self.blocks:
+            x = blk(x, valid)
+        x = self.norm(x[:, k:])
+        return self.proj(x).reshape(b, m, t, -1)
+
+
+def param_count(tree) -> int:
+    return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(tree)))

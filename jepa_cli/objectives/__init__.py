@@ -1,0 +1,18 @@
+"""What is learned: Objective implementations behind one seam (see docs/architecture.md)."""
+
+from __future__ import annotations
+
+from jepa_cli.errors import InputError
+from jepa_cli.objectives.base import EMASpec, Objective
+from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
+
+OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective}
+
+__all__ = ["EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "make_objective"]
+
+
+def make_objective(name: str, config: dict | None = None) -> Objective:
+    """Build an objective from its name and a flat dict of options (unknown key: InputError)."""
+    if name not in OBJECTIVES:
+        raise InputError(f"unknown objective {name!r} (choose from {', '.join(OBJECTIVES)})")
+    return OBJECTIVES[name].from_config(dict(config or {}))

@@ -1,0 +1,48 @@
+"""The Objective seam between what is learned (objectives) and the mechanics (trainer).
+
+See docs/architecture.md. Params cross the seam only as nested dicts of arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import jax
+import numpy as np
+
+Params = dict[str, Any]
+Transform = Callable[[dict, np.random.Generator], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class EMASpec:
+    """The trainer keeps ``ema = params[source]`` (copied at init) and after every optimizer update
+    sets ``ema = m * ema + (1 - m) * params[source]`` with ``m = momentum(update_step)``."""
+
+    source: str
+    momentum: Callable[[Any], jax.Array]
+
+
+@runtime_checkable
+class Objective(Protocol):
+    name: str
+
+    def init(self, key: jax.Array) -> Params: ...
+
+    @property
+    def ema_spec(self) -> EMASpec | None: ...
+
+    def loss(
+        self, params: Params, ema: Params | None, batch: dict, key: jax.Array, step: jax.Array
+    ) -> tuple[jax.Array, dict[str, jax.Array]]: ...
+
+    def train_transform(self, image_size) -> Transform: ...
+
+    def eval_transform(self, image_size) -> Transform: ...
+
+    def encode(self, encoder_params: Params, images: jax.Array, last_layers: int = 1) -> jax.Array: ...
+
+    def weight_decay_mask(self, params: Params) -> Any: ...
+
+    def to_config(self) -> dict: ...

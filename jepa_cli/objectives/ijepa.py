@@ -1,0 +1,276 @@
+"""I-JEPA (Assran et al. 2023), as the official facebookresearch/ijepa src/train.py.
+
+The context encoder sees the context tokens of the image, the predictor predicts the target
+encoder's layer-normalised features at the target blocks; the target encoder is the EMA of the
+context encoder, runs on the full image and is never differentiated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jepa_cli.data import transforms
+from jepa_cli.errors import InputError
+from jepa_cli.models import ModelConfig, ModuleTemplate
+from jepa_cli.models.vit import gather_tokens
+from jepa_cli.objectives import telemetry
+from jepa_cli.objectives.base import EMASpec
+
+LOSSES = ("smooth_l1", "l2", "l1")
+
+
+def _tuplify(v):
+    if isinstance(v, list):
+        return tuple(_tuplify(x) for x in v)
+    return v
+
+
+@dataclasses.dataclass(frozen=True)
+class IJEPAConfig:
+    # model (jepa_cli.models.ModelConfig)
+    model: str = "tiny"
+    patch_size: int = 16
+    image_size: int | tuple[int, int] = 224
+    channels: int = 3
+    pred_depth: int = 6
+    pred_width: int = 384
+    pred_heads: int | None = None
+    dtype: str = "float32"
+    width: int | None = None
+    depth: int | None = None
+    heads: int | None = None
+    mlp_ratio: float | None = None
+    # masks: overrides of jepa_cli.masks.MultiBlockConfig fields (grid comes from the model),
+    # as sorted (name, value) pairs so the config stays hashable
+    mask_options: tuple[tuple[str, Any], ...] = ()
+    # objective
+    loss: str = "smooth_l1"
+    ema: tuple[float, float] = (0.996, 1.0)
+    total_updates: int | None = None  # EMA ramp length T_max = steps x ipe_scale (the trainer)
+    mean: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
+    std: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
+    crop_scale: tuple[float, float] = (0.3, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
+        if isinstance(self.mask_options, dict):
+            object.__setattr__(self, "mask_options", tuple(sorted(self.mask_options.items())))
+        object.__setattr__(
+            self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options)
+        )
+        if self.loss not in LOSSES:
+            raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
+        if len(self.ema) != 2 or not 0.0 <= self.ema[0] <= 1.0 or not 0.0 <= self.ema[1] <= 1.0:
+            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
+        if self.total_updates is not None and self.total_updates < 0:
+            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
+        for name in ("mean", "std"):
+            v = getattr(self, name)
+            if v is not None and len(v) not in (1, self.channels):
+                raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
+        self.model_config  # validates the model fields
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelConfig)})
+
+    @property
+    def mask_config(self):
+        from jepa_cli.masks import MultiBlockConfig
+
+        return MultiBlockConfig(grid=self.model_config.grid, **dict(self.mask_options))
+
+    @property
+    def norm_mean(self) -> tuple[float, ...]:
+        if self.mean is not None:
+            return self.mean
+        return transforms.IMAGENET_MEAN if self.channels == 3 else (0.5,) * self.channels
+
+    @property
+    def norm_std(self) -> tuple[float, ...]:
+        if self.std is not None:
+            return self.std
+        return transforms.IMAGENET_STD if self.channels == 3 else (0.5,) * self.channels
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "IJEPAConfig":
+        """Flat options; keys that are MultiBlockConfig fields go to the masks; a "mask" key may
+        also hold a dict of mask options. Any other unknown key is an InputError naming it."""
+        from jepa_cli.masks import MultiBlockConfig
+
+        own = {f.name for f in dataclasses.fields(cls)}
+        mask_fields = {f.name for f in dataclasses.fields(MultiBlockConfig)} - {"grid"}
+        kwargs: dict[str, Any] = {}
+        masks = dict(config.get("mask") or {})
+        masks.update(dict(config.get("mask_options") or ()))
+        for k, v in config.items():
+            if k in ("mask", "mask_options"):
+                continue
+            if k in own:
+                kwargs[k] = v
+            elif k in mask_fields:
+                masks[k] = v
+            else:
+                raise InputError(f"unknown ijepa option {k!r}")
+        for k in masks:
+            if k not in mask_fields:
+                raise InputError(f"unknown ijepa mask option {k!r}")
+        kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "mask_options":
+                v = {k: _listify(x) for k, x in v}
+            out[f.name] = _listify(v)
+        return out
+
+
+def _listify(v):
+    if isinstance(v, tuple):
+        return [_listify(x) for x in v]
+    return v
+
+
+def _layer_norm_no_affine(x, eps: float = 1e-5):
+    """torch.nn.functional.layer_norm(x, (D,)) as in the official train.py (eps 1e-5)."""
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps)
+
+
+def elementwise_loss(pred, target, kind: str):
+    d = pred - target
+    if kind == "smooth_l1":  # beta 1
+        a = jnp.abs(d)
+        return jnp.where(a < 1.0, 0.5 * d * d, a - 0.5)
+    if kind == "l2":
+        return d * d
+    if kind == "l1":
+        return jnp.abs(d)
+    raise InputError(f"unknown loss {kind!r}")
+
+
+def masked_token_loss(pred, target, valid, kind: str = "smooth_l1"):
+    """Mean of the elementwise loss over valid tokens and all features.
+    pred, target [..., T, D]; valid [..., T]."""
+    per_token = jnp.mean(elementwise_loss(pred, target, kind), axis=-1)
+    w = valid.astype(jnp.float32)
+    return jnp.sum(per_token * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def ema_momentum(step, ema0: float, ema1: float, total: int | None):
+    """m = ema0 + step * (ema1 - ema0) / total, clipped at ema1 (constant ema0 if total is 0)."""
+    step = jnp.asarray(step, jnp.float32)
+    if not total:
+        return jnp.asarray(ema0, jnp.float32) + 0.0 * step
+    m = ema0 + step * ((ema1 - ema0) / float(total))
+    return jnp.minimum(m, ema1) if ema1 >= ema0 else jnp.maximum(m, ema1)
+
+
+class IJEPAObjective:
+    name = "ijepa"
+
+    def __init__(self, config: IJEPAConfig | None = None):
+        self.config = config or IJEPAConfig()
+        mc = self.config.model_config
+        self.model_config = mc
+        self._encoder = ModuleTemplate(mc.encoder)
+        self._predictor = ModuleTemplate(mc.predictor)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "IJEPAObjective":
+        return cls(IJEPAConfig.from_dict(config))
+
+    def to_config(self) -> dict:
+        return self.config.to_dict()
+
+    def with_total_updates(self, total_updates: int) -> "IJEPAObjective":
+        return IJEPAObjective(dataclasses.replace(self.config, total_updates=int(total_updates)))
+
+    # -- parameters ------------------------------------------------------------------------
+    def init(self, key) -> dict:
+        k_enc, k_pred = jax.random.split(key)
+        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
+
+    def param_shapes(self) -> dict:
+        """{"encoder", "predictor"} of jax.ShapeDtypeStruct, without allocating anything."""
+        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
+
+    def encoder(self, encoder_params: dict):
+        return self._encoder.merge(encoder_params)
+
+    def predictor(self, predictor_params: dict):
+        return self._predictor.merge(predictor_params)
+
+    @property
+    def ema_spec(self) -> EMASpec:
+        ema0, ema1 = self.config.ema
+        total = self.config.total_updates
+        return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
+
+    def weight_decay_mask(self, params):
+        def decay(path, leaf):
+            last = path[-1]
+            name = getattr(last, "key", getattr(last, "name", None))
+            return not (name == "bias" or jnp.ndim(leaf) <= 1)
+
+        return jax.tree_util.tree_map_with_path(decay, params)
+
+    # -- training --------------------------------------------------------------------------
+    def sample_masks(self, key, batch_size: int):
+        from jepa_cli import masks
+
+        return masks.sample(key, self.config.mask_config, batch_size)
+
+    def loss(self, params, ema, batch, key, step):
+        images = batch["image"]
+        b = images.shape[0]
+        m = self.sample_masks(key, b)
+        # target: EMA encoder on the full image, layer-normalised, gathered at the targets
+        target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
+        h = target_encoder(images).astype(jnp.float32)
+        h = jax.lax.stop_gradient(_layer_norm_no_affine(h))
+        h = gather_tokens(h, m.target_index)  # [B, M, T, D]
+        # context encoder on the context tokens, predictor at the targets
+        encoder = self._encoder.merge(params["encoder"])
+        predictor = self._predictor.merge(params["predictor"])
+        z_ctx = encoder(images, m.context_index, m.context_valid)  # [B, C, K, D]
+        z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
+        value = masked_token_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss)
+        pooled = jax.lax.stop_gradient(
+            telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)
+        )  # [B, D]
+        aux = {
+            "loss": value,
+            "repr_std": telemetry.repr_std(pooled),
+            "repr_cov_offdiag": telemetry.repr_cov_offdiag(pooled),
+            "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
+            "target_tokens": jnp.mean(
+                jnp.sum(m.target_valid, axis=(1, 2)).astype(jnp.float32)
+            ),
+        }
+        return value, aux
+
+    # -- evaluation ------------------------------------------------------------------------
+    def encode(self, encoder_params, images, last_layers: int = 1):
+        enc = self._encoder.merge(encoder_params)
+        return enc(images, last_layers=last_layers).astype(jnp.float32)
+
+    def train_transform(self, image_size=None):
+        c = self.config
+        return transforms.random_resized_crop(
+            image_size or c.image_size, c.norm_mean, c.norm_std, c.crop_scale, c.crop_ratio
+        )
+
+    def eval_transform(self, image_size=None):
+        c = self.config
+        return transforms.resize_center_crop(image_size or c.image_size, c.norm_mean, c.norm_std)
