@@ -16,6 +16,7 @@ from jepa_cli.errors import JepaError
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("jepa_cli.cli.ingest", "Put images or arrays into a dataset directory (zarr v3)."),
     "info": ("jepa_cli.cli.info", "Describe a dataset, mask file, embedding set or run."),
+    "probe": ("jepa_cli.cli.probe", "Score frozen features with a linear, k-NN or attentive probe."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
 

@@ -1,0 +1,90 @@
+"""`jepa probe linear|knn|attentive TRAIN.zarr TEST.zarr`: score frozen features with a probe."""
+
+from __future__ import annotations
+
+import click
+
+from jepa_cli.cli.common import emit, output_options, print_mapping, stderr_console
+
+
+@click.command("probe")
+@click.argument("probe", type=click.Choice(["linear", "knn", "attentive"]))
+@click.argument("train", type=click.Path(path_type=str))
+@click.argument("test", type=click.Path(path_type=str))
+@click.option("--raw", is_flag=True, help="Probe raw inputs (flattened, pixels scaled to [0, 1]) instead of latents.")
+@click.option("--k", "k", type=click.IntRange(min=1), default=20, show_default=True, help="knn: neighbours.")
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.07, show_default=True,
+              help="knn: temperature of the weighted vote.")
+@click.option("--vote", type=click.Choice(["weighted", "majority"]), default="weighted", show_default=True,
+              help="knn: exp(sim/T)-weighted votes (DINO) or one vote per neighbour.")
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True, help="attentive: epochs.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="attentive: minibatch size (256); knn: test rows per batch (automatic).")
+@click.option("--per-class", is_flag=True, help="Add per-class top-1 accuracy.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out split / probe init.")
+@output_options
+def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, seed, as_json, verbose, quiet):
+    """Score frozen features with a linear, k-NN or attentive probe.
+
+    Features are the `inputs` of latent datasets (from encode-latents), or of any dataset with
+    --raw. linear: standardised features, logistic regression, weight decay chosen on a held-out
+    part of TRAIN. knn: cosine, k neighbours, DINO's temperature-weighted vote. attentive: V-JEPA's
+    one-query cross-attention probe over tokens (encode with --pool none). Accuracies are fractions.
+
+    \b
+    Examples:
+      jepa probe linear emb-train.zarr emb-test.zarr --json
+      jepa probe knn digits-train.zarr digits-test.zarr --raw --k 20
+    """
+    import time
+
+    from jepa_cli.evaluation import features as feats
+    from jepa_cli.errors import InputError
+
+    console = stderr_console(quiet or as_json and not verbose)
+    tokens = probe == "attentive"
+    tr, te, num_classes = feats.load_pair(train, test, raw=raw, tokens=tokens, min_train=k if probe == "knn" else 1)
+    console.log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
+    start = time.perf_counter()
+    if probe == "linear":
+        from jepa_cli.evaluation.linear import linear_probe
+
+        out = linear_probe(tr.x, tr.labels, te.x, te.labels, num_classes, seed=seed,
+                           on_step=lambda msg: console.log(msg) if verbose else None)
+    elif probe == "knn":
+        from jepa_cli.evaluation.knn import knn_probe
+
+        out = knn_probe(tr.x, tr.labels, te.x, te.labels, num_classes, k=k, temperature=temperature, vote=vote,
+                        batch_size=batch_size)
+    else:
+        from jepa_cli.evaluation.attentive import BATCH_SIZE, attentive_probe
+
+        try:
+            out = attentive_probe(tr.x, tr.labels, te.x, te.labels, num_classes, epochs=epochs,
+                                  batch_size=batch_size or BATCH_SIZE, seed=seed,
+                                  on_epoch=lambda e, loss: console.log(f"epoch {e}: loss {loss:.4f}") if verbose else None)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    predictions = out.pop("predictions")
+    result = {"probe": probe, "top1": out.pop("top1"), "top5": out.pop("top5"), "n_train": tr.n, "n_test": te.n,
+              "num_classes": num_classes, "dim": int(tr.x.shape[-1]), "raw": raw, "train": train, "test": test,
+              **out, "seconds": round(time.perf_counter() - start, 3)}
+    if per_class:
+        result["per_class"] = feats.per_class_accuracy(te.labels, predictions, num_classes,
+                                                       tr.class_names or te.class_names)
+
+    def human(r):
+        flat = {key: value for key, value in r.items() if key != "per_class"}
+        print_mapping(flat, title=f"{probe} probe")
+        if per_class:
+            from rich.console import Console
+            from rich.table import Table
+
+            table = Table(title="per class")
+            for col in ("class", "name", "n", "top1"):
+                table.add_column(col)
+            for row in r["per_class"]:
+                table.add_row(str(row["class"]), row["name"], str(row["n"]), f"{row['top1']:.4f}")
+            Console().print(table)
+
+    emit(result, as_json, human)
