@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("jepa_cli.cli.ingest", "Put images or arrays into a dataset directory (zarr v3)."),
     "info": ("jepa_cli.cli.info", "Describe a dataset, mask file, embedding set or run."),
     "probe": ("jepa_cli.cli.probe", "Score frozen features with a linear, k-NN or attentive probe."),
+    "train": ("jepa_cli.cli.train", "Pretrain an encoder (I-JEPA) on a dataset; resumable, sharded."),
+    "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show a run's EMA momentum schedule and EMA-vs-online distances."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
 

@@ -16,6 +16,7 @@ from jepa_cli.errors import InputError
 # jepa_kind -> "module:function". Later kinds (runs, masks, latents) add a line here.
 DESCRIBERS: dict[str, str] = {
     "dataset": "jepa_cli.data.describe:describe_dataset",
+    "run": "jepa_cli.training.run:describe_run",
 }
 
 RUN_MARKER = "run.json"  # a training run directory holds this file (docs/formats.md)

@@ -1,0 +1,64 @@
+"""`jepa ema-inspect RUN`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from jepa_cli.cli.common import emit, output_options
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+@click.command("ema-inspect")
+@click.argument("run", type=click.Path())
+@click.option("--at", "at", type=int, default=None, help="Also evaluate the momentum schedule at this step.")
+@click.option("--step", "step", type=int, default=None, help="Inspect this checkpoint (default: the latest).")
+@output_options
+def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: int, quiet: bool) -> None:
+    """Show the EMA momentum schedule of a run and how far the EMA is from the online weights.
+
+    \b
+    For each top-level module of the averaged subtree: ||online - ema|| / ||ema|| and the cosine.
+    Example:
+      jepa ema-inspect runs/digits --at 100
+    """
+    from jepa_cli.training.ema import ema_report
+
+    report = ema_report(run, at=at, step=step)
+    if as_json:
+        emit({k: v for k, v in report.items()}, True)
+    else:
+        _human(report)
+
+
+def _human(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(soft_wrap=True)
+    console.print(f"[bold]{r['run']}[/]: step {r['step']} of {r['total_steps']}, "
+                  f"EMA momentum now [bold cyan]{r['momentum']:.6f}[/] (source: {r['source']})")
+    if "at" in r:
+        console.print(f"momentum at step {r['at']['step']}: [bold cyan]{r['at']['momentum']:.6f}[/]")
+    values = [p["momentum"] for p in r["schedule"]]
+    lo, hi = min(values), max(values)
+    text = Text()
+    for p in r["schedule"]:
+        level = 0 if hi == lo else round((p["momentum"] - lo) / (hi - lo) * (len(BLOCKS) - 1))
+        text.append(BLOCKS[level], style="bold green" if p["step"] <= r["step"] else "dim")
+    console.print(Text(f"{hi:.4f} ┐ ", style="dim") + Text(""))
+    console.print(Text("       │ ") + text)
+    console.print(Text(f"{lo:.4f} ┘ 0{' ' * max(1, len(values) - len(str(r['total_steps'])) - 1)}{r['total_steps']}",
+                       style="dim"))
+    console.print(Text("past", style="bold green") + Text(" / ") + Text("future", style="dim"))
+    table = Table(title="EMA vs online")
+    table.add_column("module")
+    table.add_column("params", justify="right")
+    table.add_column("||online-ema||/||ema||", justify="right")
+    table.add_column("cosine", justify="right")
+    for m in r["modules"]:
+        table.add_row(str(m["name"]), f"{m['params']:,}", f"{m['relative_distance']:.3e}", f"{m['cosine']:.6f}")
+    console.print(table)

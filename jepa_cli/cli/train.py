@@ -1,0 +1,135 @@
+"""`jepa train`."""
+
+from __future__ import annotations
+
+import click
+
+from jepa_cli.cli.common import emit, output_options, parse_hxw
+
+
+def _pair(value: str | None, option: str):
+    if value is None:
+        return None
+    try:
+        parts = [float(p) for p in value.replace(" ", "").split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected LO,HI such as 0.15,0.2, got {value!r}", param_hint=option) from None
+    if len(parts) != 2:
+        raise click.BadParameter(f"expected LO,HI such as 0.15,0.2, got {value!r}", param_hint=option)
+    return parts
+
+
+@click.command("train")
+@click.option("--objective", default=None, help="What is learned: ijepa (default).")
+@click.option("--data", type=click.Path(), default=None, help="Dataset directory (zarr v3, from jepa ingest).")
+@click.option("--out", type=click.Path(), default=None, help="Run directory (checkpoints, metrics.jsonl, run.json).")
+@click.option("--config", "config_path", type=click.Path(), default=None, help="TOML recipe; the command line wins.")
+@click.option("--model", default=None, help="Encoder size: tiny|small|base|large|huge|giant.")
+@click.option("--patch-size", type=int, default=None, help="Patch size in pixels.")
+@click.option("--image-size", default=None, help="Training crop size, S or HxW (default: the dataset's).")
+@click.option("--pred-depth", type=int, default=None, help="Predictor depth.")
+@click.option("--pred-width", type=int, default=None, help="Predictor width.")
+@click.option("--loss", default=None, help="smooth_l1 (official code) | l2 (paper) | l1.")
+@click.option("--dtype", default=None, help="Compute dtype: float32 | bfloat16 (parameters stay float32).")
+@click.option("--steps", type=int, default=None, help="Optimizer updates in the run (wins over --epochs).")
+@click.option("--epochs", type=float, default=None, help="Epochs; one epoch is num_samples // batch_size updates.")
+@click.option("--batch-size", type=int, default=None, help="Global examples per optimizer update.")
+@click.option("--grad-accum", type=int, default=None, help="Split each batch into K micro-batches (one update).")
+@click.option("--ipe-scale", type=float, default=None, help="Schedules run over steps x ipe_scale (official 1.0).")
+@click.option("--mesh", default=None, help="Device mesh, e.g. data=-1,fsdp=1 (-1 takes the rest).")
+@click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and masks.")
+@click.option("--save-every", type=int, default=None, help="Checkpoint every N updates (always at the end).")
+@click.option("--keep", type=int, default=None, help="Keep the K most recent checkpoints (default 3).")
+@click.option("--resume", is_flag=True, help="Continue RUN from its latest checkpoint.")
+@click.option("--force", is_flag=True, help="Replace an existing RUN.")
+# masks (the options of `jepa mask`; defaults: the objective's official ones)
+@click.option("--npred", type=int, default=None, help="Target blocks per image (official 4).")
+@click.option("--pred-scale", default=None, help="Target block scale LO,HI (official 0.15,0.2).")
+@click.option("--aspect", default=None, help="Target block aspect LO,HI (official 0.75,1.5).")
+@click.option("--enc-scale", default=None, help="Context block scale LO,HI (official 0.85,1.0).")
+@click.option("--min-keep", type=int, default=None, help="Minimum context tokens (official 10).")
+@click.option("--allow-overlap/--no-allow-overlap", default=None, help="Let context and targets overlap.")
+@click.option("--context-size", type=int, default=None, help="Context slots K (default: derived).")
+@click.option("--official-positions/--no-official-positions", default=None,
+              help="Block positions as the official code (last row/column never reached).")
+@click.option("--official-truncation/--no-official-truncation", default=None,
+              help="Cut masks to the batch minimum as the official collator.")
+# multi-process
+@click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
+@click.option("--num-processes", type=int, default=None, help="Number of processes (multi-process launch).")
+@click.option("--process-id", type=int, default=None, help="This process's index (multi-process launch).")
+@output_options
+@click.pass_context
+def command(ctx: click.Context, config_path, resume, force, coordinator, num_processes, process_id,
+            as_json, verbose, quiet, **options) -> int:
+    """Pretrain an encoder on a dataset (I-JEPA by default) with the official recipe.
+
+    \b
+    Examples:
+      jepa train --config recipes/ijepa-digits-tiny.toml --data digits.zarr --out runs/digits
+      jepa train --data in1k.zarr --out runs/vith14 --config recipes/ijepa-in1k-vith14.toml --mesh data=-1,fsdp=8
+      jepa train --out runs/digits --data digits.zarr --resume
+    """
+    from jepa_cli.training import distributed
+
+    distributed.initialize(coordinator, num_processes, process_id)
+
+    from jepa_cli.training.config import resolve_config
+    from jepa_cli.training.loop import Callbacks, train
+
+    objective_keys = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "npred", "min_keep",
+                      "allow_overlap", "context_size", "official_positions", "official_truncation")
+    objective_config = {k: options.pop(k) for k in objective_keys}
+    image_size = parse_hxw(options.pop("image_size"), "--image-size")
+    if image_size is not None:
+        objective_config["image_size"] = image_size[0] if image_size[0] == image_size[1] else list(image_size)
+    for key in ("pred_scale", "aspect", "enc_scale"):
+        objective_config[key] = _pair(options.pop(key), "--" + key.replace("_", "-"))
+    values = {k: v for k, v in options.items() if v is not None}
+    values["objective_config"] = {k: v for k, v in objective_config.items() if v is not None}
+    config = resolve_config(values, config_path, resume=resume)
+
+    import jax
+
+    main = jax.process_index() == 0
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from jepa_cli.cli.common import stderr_console
+
+    console = stderr_console(quiet or not main)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
+                        TimeRemainingColumn(), console=console, disable=quiet or not main)
+    task = {}
+
+    def on_start(info):
+        console.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
+                    f"{info['devices']} devices, {info['processes']} process(es)")
+        task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="")
+        task["t"] = None
+
+    def on_step(m):
+        import time
+
+        now = time.perf_counter()
+        rate = ""
+        if task.get("t") is not None:
+            rate = f"{config.batch_size / max(now - task['t'], 1e-9):,.0f} ex/s"
+        task["t"] = now
+        loss = m.get("loss")
+        progress.update(task["id"], completed=m["step"], loss=f"{loss:.4f}" if loss is not None else "nan", rate=rate)
+
+    callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=lambda msg: console.log(msg),
+                          on_checkpoint=(lambda s: console.log(f"checkpoint {s}")) if verbose else (lambda s: None))
+    with progress:
+        summary = train(config, callbacks=callbacks, resume=resume, force=force)
+    if main:
+        result = {k: summary.get(k) for k in ("run", "step", "loss", "steps", "objective", "checkpoints")}
+        result.update({k: v for k, v in (summary.get("last_metrics") or {}).items() if k not in result})
+        if summary.get("interrupted"):
+            result["interrupted"] = summary["interrupted"]
+        if summary.get("collapse_suspected_at"):
+            result["collapse_suspected_at"] = summary["collapse_suspected_at"]
+        emit(result, as_json)
+    signal_name = summary.get("interrupted")
+    return {"SIGINT": 130, "SIGTERM": 143}.get(signal_name, 0) if signal_name else 0

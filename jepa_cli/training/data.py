@@ -1,0 +1,130 @@
+"""The grain input pipeline over a zarr v3 image dataset.
+
+source (rows via TensorStore) -> seeded shuffle, reshuffled every epoch -> repeat -> this process's
+share (every process_count-th element) -> the objective's per-example transform (seeded per element)
+-> per-process batch -> one global jax.Array per key (jax.make_array_from_process_local_data).
+The grain iterator's state is JSON and goes into every checkpoint, so resuming continues the stream.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from jepa_cli.data import store
+from jepa_cli.errors import InputError
+
+IN_MEMORY_BYTES = 256 << 20  # datasets up to this size are read into memory once
+
+
+def check_dataset(path: str | Path, modality: str = "image") -> dict[str, Any]:
+    """Validates a dataset directory for training; returns {num_samples, height, width, channels, attrs}."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such dataset")
+    attrs = store.read_attributes(path)
+    kind = attrs.get("jepa_kind", "dataset")
+    if kind != "dataset":
+        raise InputError(f"{path}: is a {kind!r}, not a dataset")
+    if attrs.get("modality", modality) != modality:
+        raise InputError(f"{path}: modality is {attrs.get('modality')!r}, this objective trains on {modality!r}")
+    meta_path = path / "inputs" / "zarr.json"
+    if not meta_path.exists():
+        raise InputError(f"{path}: a dataset needs an 'inputs' array")
+    meta = json.loads(meta_path.read_text())
+    shape = meta["shape"]
+    if len(shape) != 4:
+        raise InputError(f"{path}: inputs must be [N,H,W,C] images, got shape {shape}")
+    if meta["data_type"] != "uint8":
+        raise InputError(f"{path}: inputs must be uint8 images, got {meta['data_type']}")
+    if shape[0] == 0:
+        raise InputError(f"{path}: the dataset is empty")
+    return {"num_samples": shape[0], "height": shape[1], "width": shape[2], "channels": shape[3], "attrs": attrs}
+
+
+class ZarrImageSource:
+    """A grain RandomAccessDataSource: element i is {'image': uint8 [H, W, C]}."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._array = None
+        meta = json.loads((self.path / "inputs" / "zarr.json").read_text())
+        self._shape = tuple(meta["shape"])
+
+    def _open(self):
+        if self._array is None:
+            nbytes = int(np.prod(self._shape))
+            if nbytes <= IN_MEMORY_BYTES:
+                self._array = store.read_array(self.path / "inputs")
+            else:
+                import tensorstore as ts
+
+                spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((self.path / "inputs").resolve())},
+                        "context": {"cache_pool": {"total_bytes_limit": 256 << 20}}, "recheck_cached_data": False}
+                self._array = ts.open(spec, read=True).result()
+        return self._array
+
+    def __len__(self) -> int:
+        return self._shape[0]
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        arr = self._open()
+        row = arr[int(index)]
+        if not isinstance(row, np.ndarray):
+            row = row.read().result()
+        return {"image": np.asarray(row)}
+
+    def __repr__(self) -> str:
+        return f"ZarrImageSource({self.path})"
+
+
+class DataLoader:
+    """Global batches (dicts of jax.Arrays sharded by `sharding`) from the dataset, resumable."""
+
+    def __init__(self, path: str | Path, transform: Callable, global_batch: int, seed: int, sharding: Any,
+                 num_threads: int = 2, prefetch: int = 4):
+        import grain
+
+        self.global_batch = int(global_batch)
+        pc, pi = jax.process_count(), jax.process_index()
+        self.local_batch = self.global_batch // pc
+        self.sharding = sharding
+        self.source = ZarrImageSource(path)
+        ds = grain.MapDataset.source(self.source).shuffle(seed=seed).repeat(None)
+        if pc > 1:
+            ds = ds[pi::pc]
+        ds = ds.random_map(lambda ex, rng: dict(transform(ex, rng)), seed=seed + 1)
+        ds = ds.batch(self.local_batch, drop_remainder=True)
+        self.dataset = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
+        self.iterator = iter(self.dataset)
+
+    def get_state(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.iterator.get_state(), default=_jsonable))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state:
+            self.iterator.set_state(state)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, jax.Array]:
+        local = next(self.iterator)
+        out = {}
+        for key, value in local.items():
+            value = np.asarray(value)
+            if value.dtype.kind not in "biuf":
+                continue
+            global_shape = (self.global_batch,) + value.shape[1:]
+            out[key] = jax.make_array_from_process_local_data(self.sharding, value, global_shape)
+        return out
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)

@@ -1,0 +1,62 @@
+"""Multi-process start-up: jax.distributed.initialize under an explicit or detected launch."""
+
+from __future__ import annotations
+
+import os
+
+from jepa_cli.errors import InputError
+
+_ENV_MARKERS = (
+    "JAX_COORDINATOR_ADDRESS",  # explicit JAX launch
+    "TPU_WORKER_HOSTNAMES",  # Cloud TPU multi-host slice (more than one host listed)
+    "SLURM_NTASKS",  # SLURM with more than one task
+    "OMPI_COMM_WORLD_SIZE",  # Open MPI
+)
+
+
+def multi_process_env() -> bool:
+    """True when the environment looks like a multi-process launch that JAX can auto-detect."""
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        return True
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    if len([h for h in hosts.split(",") if h]) > 1:
+        return True
+    for name in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            pass
+    return False
+
+
+_initialized = False
+
+
+def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> bool:
+    """Calls jax.distributed.initialize once when asked (--coordinator ...) or when the environment
+    is a multi-process launch; returns whether it did."""
+    global _initialized
+    if _initialized:
+        return True
+    explicit = coordinator is not None or num_processes is not None or process_id is not None
+    if explicit and (coordinator is None or num_processes is None or process_id is None):
+        raise InputError("--coordinator, --num-processes and --process-id go together")
+    if not explicit and not multi_process_env():
+        return False
+    import jax
+
+    if explicit:
+        if not 0 <= process_id < num_processes:
+            raise InputError(f"--process-id {process_id} is not in [0, {num_processes})")
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    else:
+        jax.distributed.initialize()
+    _initialized = True
+    return True
+
+
+def is_main_process() -> bool:
+    import jax
+
+    return jax.process_index() == 0

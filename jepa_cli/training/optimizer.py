@@ -1,0 +1,69 @@
+"""AdamW with the scheduled learning rate and weight decay, a weight-decay mask and optional clipping.
+
+Decoupled weight decay as torch.optim.AdamW: p <- p - lr * (adam_update + wd * p) on masked leaves.
+The schedules are evaluated at the optimizer's own update count, so with gradient accumulation
+(done inside the step, see step.py) they advance once per update, never per micro-batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jepa_cli.training.schedules import Schedule
+
+
+class ScheduledDecayState(NamedTuple):
+    count: jnp.ndarray  # int32 scalar: updates applied so far
+
+
+def scheduled_decay_and_lr(lr: Schedule, wd: Schedule, mask: Any) -> optax.GradientTransformation:
+    """updates <- -lr(count) * (updates + wd(count) * params[mask])."""
+
+    def init_fn(params):
+        del params
+        return ScheduledDecayState(count=jnp.zeros([], jnp.int32))
+
+    def update_fn(updates, state, params=None):
+        if params is None:
+            raise ValueError("scheduled weight decay needs params")
+        lr_t = lr(state.count)
+        wd_t = wd(state.count)
+
+        def one(u, p, m):
+            if isinstance(m, (bool, np.bool_)):
+                if m:
+                    u = u + wd_t * p
+            else:
+                u = u + jnp.where(m, wd_t, 0.0) * p
+            return -lr_t * u
+
+        new = jax.tree.map(one, updates, params, mask)
+        return new, ScheduledDecayState(count=state.count + 1)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def make_optimizer(lr: Schedule, wd: Schedule, wd_mask: Any, clip_grad: float | None = None,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+    """optax chain: [clip by global norm] -> Adam moments -> scheduled decoupled decay and LR."""
+    parts = []
+    if clip_grad:
+        parts.append(optax.clip_by_global_norm(float(clip_grad)))
+    parts.append(optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
+    parts.append(scheduled_decay_and_lr(lr, wd, wd_mask))
+    return optax.chain(*parts)
+
+
+def default_weight_decay_mask(params: Any) -> Any:
+    """Biases and 1-D parameters get no weight decay (the official rule)."""
+
+    def rule(path, leaf):
+        name = str(getattr(path[-1], "key", getattr(path[-1], "name", ""))) if path else ""
+        return not (name == "bias" or name.endswith("bias") or jnp.ndim(leaf) <= 1)
+
+    return jax.tree_util.tree_map_with_path(rule, params)

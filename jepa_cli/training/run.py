@@ -1,0 +1,185 @@
+"""Run directories: building the objective and optimizer from a resolved config, reading RUN/run.json,
+loading a run's parameters for other commands (encode-latents, ema-inspect), params_sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jepa_cli.errors import InputError
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+def make_objective(name: str, objective_config: dict[str, Any], total_updates: int | None = None):
+    """An objective by registry name, or 'module:factory' (factory(config) -> Objective) for
+    objectives that live outside the package; then told the run length if it wants it."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise InputError(f"cannot load objective {name!r} ({exc})") from None
+        objective = factory(dict(objective_config))
+    else:
+        from jepa_cli.objectives import make_objective as registry_make
+
+        objective = registry_make(name, dict(objective_config))
+    if total_updates is not None and hasattr(objective, "with_total_updates"):
+        objective = objective.with_total_updates(int(total_updates))
+    return objective
+
+
+def objective_config_of(objective, fallback: dict[str, Any]) -> dict[str, Any]:
+    to_config = getattr(objective, "to_config", None)
+    return json.loads(json.dumps(to_config() if to_config else fallback, default=_jsonable))
+
+
+def build_optimizer(cfg, objective, lengths: dict[str, int], abstract_params: Any):
+    """(tx, lr_fn, wd_fn, momentum_fn) for a resolved TrainConfig."""
+    import jax
+
+    from jepa_cli.training import optimizer, schedules
+
+    lr_fn = schedules.warmup_cosine(cfg.start_lr, cfg.lr, cfg.final_lr, lengths["warmup_steps"], lengths["t_max"])
+    wd_fn = schedules.cosine_wd(cfg.wd, cfg.final_wd, lengths["t_max"])
+    mask_fn = getattr(objective, "weight_decay_mask", None) or optimizer.default_weight_decay_mask
+    mask = jax.tree.map(lambda m: bool(m) if isinstance(m, (bool, np.bool_)) else m, mask_fn(abstract_params))
+    tx = optimizer.make_optimizer(lr_fn, wd_fn, mask, cfg.clip_grad, b1=cfg.betas[0], b2=cfg.betas[1])
+    spec = getattr(objective, "ema_spec", None)
+    momentum_fn = spec.momentum if spec is not None else None
+    return tx, lr_fn, wd_fn, momentum_fn
+
+
+def read_run(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / RUN_FILE
+    if not path.exists():
+        raise InputError(f"{run_dir}: not a training run (no {RUN_FILE})")
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise InputError(f"{path}: unreadable") from None
+
+
+def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
+    path = Path(run_dir) / RUN_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=_jsonable))
+    os.replace(tmp, path)
+
+
+def _jsonable(v):
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if isinstance(v, tuple):
+        return list(v)
+    return str(v)
+
+
+def abstract_state(objective, tx):
+    """The TrainState of ShapeDtypeStructs (no allocation)."""
+    import jax
+
+    from jepa_cli.training.state import init_state
+
+    return jax.eval_shape(lambda k: init_state(objective, tx, k), jax.ShapeDtypeStruct((2,), np.uint32))
+
+
+def load_run(run_dir: str | Path, step: int | None = None):
+    """(resolved_config dict, objective, {'params', 'ema'} as host numpy pytrees, step).
+
+    `step` None: the latest checkpoint. A checkpoint that is another model's is an InputError."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    from jepa_cli.training.checkpoint import Checkpoints
+    from jepa_cli.training.config import build_config
+    from jepa_cli.training.state import TrainState
+
+    record = read_run(run_dir)
+    config = record["config"]
+    cfg = build_config(config)
+    lengths = record["lengths"]
+    objective = make_objective(cfg.objective, cfg.objective_config)
+    ckpts = Checkpoints(run_dir, keep=None, async_save=False, create=False) if (Path(run_dir) / "checkpoints").exists() else None
+    steps = ckpts.steps() if ckpts else []
+    if not steps:
+        raise InputError(f"{run_dir}: holds no checkpoint yet")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise InputError(f"{run_dir}: no checkpoint at step {step} (checkpoints: {', '.join(map(str, steps))})")
+    abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
+    tx, *_ = build_optimizer(cfg, objective, lengths, abstract_params)
+    sharding = SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                          abstract_state(objective, tx).as_dict())
+    state, _data, _cfg = ckpts.restore(step, target)
+    ckpts.close()
+    state = TrainState.from_dict(state)
+    host = {"params": jax.tree.map(np.asarray, state.params), "ema": jax.tree.map(np.asarray, state.ema)}
+    return config, objective, host, int(step)
+
+
+def params_sha256(tree: Any) -> str:
+    """A digest of every leaf (path, dtype, shape, bytes) of a pytree, e.g. {'params', 'ema'}."""
+    import jax
+
+    h = hashlib.sha256()
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
+        arr = np.ascontiguousarray(np.asarray(leaf))
+        h.update(jax.tree_util.keystr(path).encode())
+        h.update(str(arr.dtype).encode())
+        h.update(str(arr.shape).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    if last is not None:
+        lines = lines[-last:]
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def describe_run(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
+    """`jepa info RUN`: objective, model, steps done, checkpoints, latest metrics, params_sha256."""
+    record = read_run(path)
+    config = record.get("config", {})
+    ckpt_dir = Path(path) / "checkpoints"
+    steps = sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()) if ckpt_dir.exists() else []
+    out: dict[str, Any] = {
+        "objective": config.get("objective"),
+        "model": config.get("objective_config", {}).get("model"),
+        "dataset": config.get("data"),
+        "steps_done": steps[-1] if steps else 0,
+        "total_steps": record.get("lengths", {}).get("steps"),
+        "checkpoints": steps,
+        "batch_size": config.get("batch_size"),
+        "mesh": config.get("mesh"),
+        "status": record.get("status"),
+    }
+    metrics = read_metrics(path, last=1)
+    out["latest_metrics"] = metrics[-1] if metrics else None
+    if steps:
+        _config, _objective, host, step = load_run(path)
+        out["params_sha256"] = params_sha256(host)
+        out["params_sha256_step"] = step
+    return out

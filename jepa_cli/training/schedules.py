@@ -1,0 +1,77 @@
+"""The official I-JEPA schedules (src/utils/schedulers.py, src/train.py) as pure jnp functions.
+
+All are functions of the optimizer update index `step` (0-based, the number of updates already
+applied). The official schedulers increment their counter before computing, so update `step`
+uses the value at `step + 1`; the EMA momentum generator yields its first value (i = 0) after the
+first update, so update `step` uses `i = step`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax.numpy as jnp
+
+Schedule = Callable[[jnp.ndarray], jnp.ndarray]
+
+
+def total_steps(steps: int, ipe_scale: float = 1.0) -> int:
+    """T_max = int(ipe_scale * steps) (official: int(ipe_scale * epochs * ipe))."""
+    return max(1, int(ipe_scale * steps))
+
+
+def warmup_cosine(start_lr: float, ref_lr: float, final_lr: float, warmup_steps: int, t_max: int) -> Schedule:
+    """Linear start_lr -> ref_lr over `warmup_steps`, then cosine to final_lr over t_max - warmup."""
+    cosine_len = float(max(1, t_max - warmup_steps))
+    warm = float(max(1, warmup_steps))
+
+    def schedule(step):
+        t = jnp.asarray(step, jnp.float32) + 1.0
+        warm_lr = start_lr + (t / warm) * (ref_lr - start_lr)
+        progress = (t - warmup_steps) / cosine_len
+        cos_lr = final_lr + (ref_lr - final_lr) * 0.5 * (1.0 + jnp.cos(math.pi * progress))
+        cos_lr = jnp.maximum(final_lr, cos_lr)
+        return jnp.where(t < warmup_steps, warm_lr, cos_lr)
+
+    return schedule
+
+
+def cosine_wd(ref_wd: float, final_wd: float, t_max: int) -> Schedule:
+    """Cosine ref_wd -> final_wd over t_max, clamped at final_wd (it rises in the official configs)."""
+
+    def schedule(step):
+        t = jnp.asarray(step, jnp.float32) + 1.0
+        wd = final_wd + (ref_wd - final_wd) * 0.5 * (1.0 + jnp.cos(math.pi * t / t_max))
+        return jnp.maximum(final_wd, wd) if final_wd <= ref_wd else jnp.minimum(final_wd, wd)
+
+    return schedule
+
+
+def linear_momentum(start: float, end: float, t_max: int) -> Schedule:
+    """EMA momentum m_i = start + i * (end - start) / t_max (official), held at `end` past t_max."""
+
+    def schedule(step):
+        i = jnp.minimum(jnp.asarray(step, jnp.float32), float(t_max))
+        return start + i * (end - start) / float(t_max)
+
+    return schedule
+
+
+# Plain-Python references of the official formulas, for tests and for drawing schedules on the host.
+def official_lr(step: int, start_lr: float, ref_lr: float, final_lr: float, warmup_steps: int, t_max: int) -> float:
+    t = step + 1
+    if t < warmup_steps:
+        return start_lr + (t / max(1, warmup_steps)) * (ref_lr - start_lr)
+    progress = (t - warmup_steps) / max(1, t_max - warmup_steps)
+    return max(final_lr, final_lr + (ref_lr - final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def official_wd(step: int, ref_wd: float, final_wd: float, t_max: int) -> float:
+    t = step + 1
+    wd = final_wd + (ref_wd - final_wd) * 0.5 * (1.0 + math.cos(math.pi * t / t_max))
+    return max(final_wd, wd) if final_wd <= ref_wd else min(final_wd, wd)
+
+
+def official_momentum(step: int, start: float, end: float, t_max: int) -> float:
+    return start + step * (end - start) / t_max
