@@ -15,6 +15,7 @@ from jepa_cli.errors import JepaError
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("jepa_cli.cli.ingest", "Put images or arrays into a dataset directory (zarr v3)."),
+    "mask": ("jepa_cli.cli.mask", "Sample JEPA context/target masks; write, show, picture or summarize them."),
     "info": ("jepa_cli.cli.info", "Describe a dataset, mask file, embedding set or run."),
     "probe": ("jepa_cli.cli.probe", "Score frozen features with a linear, k-NN or attentive probe."),
     "train": ("jepa_cli.cli.train", "Pretrain an encoder (I-JEPA) on a dataset; resumable, sharded."),

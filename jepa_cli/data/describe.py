@@ -16,6 +16,7 @@ from jepa_cli.errors import InputError
 # jepa_kind -> "module:function". Later kinds (runs, masks, latents) add a line here.
 DESCRIBERS: dict[str, str] = {
     "dataset": "jepa_cli.data.describe:describe_dataset",
+    "masks": "jepa_cli.masks.io:describe",
     "run": "jepa_cli.training.run:describe_run",
 }
 

@@ -1,0 +1,335 @@
+"""`jepa mask`: sample context/target masks; write, show, picture or summarize them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from jepa_cli.cli.common import emit, output_options, parse_hxw, stderr_console
+
+TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
+                  "dark_orange", "purple", "deep_pink2", "gold1"]
+TARGET_RGB = [(230, 57, 70), (69, 123, 233), (200, 80, 200), (240, 200, 40), (40, 200, 220), (255, 120, 120),
+              (120, 160, 255), (255, 130, 255), (255, 135, 0), (135, 0, 175), (215, 0, 135), (255, 215, 0)]
+CONTEXT_RGB, UNUSED_RGB, BOTH_RGB = (46, 160, 67), (40, 40, 40), (255, 255, 255)
+
+
+@click.command("mask", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--strategy", type=click.Choice(["multiblock", "multiblock3d", "random"]), default="multiblock",
+              show_default=True, help="I-JEPA multi-block, V-JEPA 3D multi-block or Audio-JEPA random masks.")
+@click.option("--grid", help="Patch grid HxW (default: the strategy's official grid).")
+@click.option("--frames", type=int, help="Temporal grid size (multiblock3d only).")
+@click.option("--batch", type=click.IntRange(min=1), default=64, show_default=True, help="Masks to sample.")
+@click.option("--seed", type=int, default=0, show_default=True, help="PRNG seed.")
+@click.option("--npred", help="Target blocks (multiblock); blocks per mask pair, e.g. 8,2 (multiblock3d).")
+@click.option("--pred-scale", help="Target block scale low,high; multiblock3d: one per pair, e.g. 0.15,0.7.")
+@click.option("--aspect", help="Target block aspect ratio low,high.")
+@click.option("--enc-scale", help="Context block scale low,high (multiblock).")
+@click.option("--min-keep", type=int, help="A context keeps more than this many patches (multiblock).")
+@click.option("--allow-overlap", is_flag=True, default=None, help="Let the context overlap the targets (multiblock).")
+@click.option("--ratio", help="Masking ratio range low,high (random).")
+@click.option("--temporal-scale", help="Temporal block scale per pair (multiblock3d).")
+@click.option("--max-temporal-keep", help="Fraction of frames the context may span, per pair (multiblock3d).")
+@click.option("--context-size", type=click.IntRange(min=1), help="K, context slots per sample (default: derived).")
+@click.option("--official-positions", is_flag=True, default=None,
+              help="Reproduce I-JEPA's exclusive position bound (last row/column never masked).")
+@click.option("--official-truncation", is_flag=True, default=None,
+              help="Cut contexts to the batch minimum, lowest indices kept, as the official collators.")
+@click.option("-o", "--output", type=click.Path(dir_okay=True, file_okay=False), help="Write a mask file (zarr v3).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--show", is_flag=True, help="Draw the first samples in the terminal.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False), help="Write a picture grid of the first samples.")
+@click.option("--data", type=click.Path(), help="Dataset (zarr) whose first samples --png draws under the masks.")
+@click.option("--samples", type=click.IntRange(min=1), default=4, show_default=True,
+              help="How many samples --show and --png draw.")
+@click.option("--stats", is_flag=True, help="Token counts and per-position coverage heat maps.")
+@output_options
+def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_scale, min_keep, allow_overlap,
+            ratio, temporal_scale, max_temporal_keep, context_size, official_positions, official_truncation,
+            output, force, show, png_path, data, samples, stats, as_json, verbose, quiet) -> None:
+    """Sample JEPA context/target masks; write, show, picture or summarize them.
+
+    Example: jepa mask --strategy multiblock --grid 14x14 --batch 64 --seed 0 -o masks.zarr --show --stats
+    """
+    from jepa_cli.data import store
+    from jepa_cli.errors import InputError
+
+    hxw = parse_hxw(grid, "--grid")
+    if npred is not None and strategy != "multiblock3d":
+        try:
+            npred = int(npred)
+        except ValueError:
+            raise InputError(f"--npred: expected an integer, got {npred!r}") from None
+    if png_path is None and data is not None:
+        raise InputError("--data is only used with --png")
+    # check every path before any work, so that bad input writes nothing
+    if output is not None:
+        store.check_output(output, force)
+    if png_path is not None:
+        png = Path(png_path)
+        if not png.parent.exists():
+            raise InputError(f"{png.parent}: output directory does not exist")
+        if png.exists() and not force:
+            raise InputError(f"{png}: already exists (use --force to overwrite)")
+    if data is not None and not Path(data).exists():
+        raise InputError(f"{data}: no such file or directory")
+
+    from jepa_cli import masks
+
+    config = masks.config_from_options(
+        strategy, grid=hxw, frames=frames, npred=npred, pred_scale=pred_scale, aspect=aspect,
+        enc_scale=enc_scale, min_keep=min_keep, allow_overlap=allow_overlap, ratio=ratio,
+        temporal_scale=temporal_scale, max_temporal_keep=max_temporal_keep, context_size=context_size,
+        official_positions=official_positions, official_truncation=official_truncation)
+    images = _load_images(data, samples) if data is not None else None
+
+    import jax
+    import numpy as np
+
+    from jepa_cli.masks.io import dense_layout, write_masks
+    from jepa_cli.masks.stats import mask_stats
+
+    console = stderr_console(quiet)
+    if verbose:
+        console.log(f"sampling {batch} {strategy} masks on {jax.default_backend()}")
+    maskset = masks.sample(jax.random.PRNGKey(seed), config, batch)
+    context, targets = masks.to_dense(maskset, config.num_patches)
+    context, targets = dense_layout(config, np.asarray(context), np.asarray(targets))
+
+    result = {
+        "strategy": strategy,
+        "grid": list(config.grid),
+        "frames": config.frames,
+        "num_patches": config.num_patches,
+        "batch": batch,
+        "seed": seed,
+        "context_slots": int(maskset.context_index.shape[-1]),
+        "target_slots": int(maskset.target_index.shape[-1]),
+        "parameters": {k: v for k, v in masks.config_parameters(config).items() if k != "strategy"},
+    }
+    summary = mask_stats(context, targets, config.grid, config.frames)
+    result["context_tokens"] = summary["context_tokens"]
+    result["target_tokens"] = summary["target_tokens"]
+    if stats:
+        result["stats"] = summary
+    if output is not None:
+        write_masks(output, config, context, targets, seed, force=force)
+        result["output"] = str(output)
+    if png_path is not None:
+        write_png(png_path, config, context, targets, samples, images)
+        result["png"] = str(png_path)
+
+    if show:
+        from rich.console import Console
+
+        Console(stderr=as_json, soft_wrap=True).print(render_show(config, context, targets, samples))
+
+    def human(res):
+        from jepa_cli.cli.common import print_mapping
+
+        flat = {k: v for k, v in res.items() if k not in ("stats", "parameters")}
+        flat["context_tokens"] = _fmt_summary(res["context_tokens"])
+        flat["target_tokens"] = _fmt_summary(res["target_tokens"])
+        print_mapping(flat)
+        if stats:
+            _print_stats(summary, config)
+
+    emit(result, as_json, human)
+
+
+def _fmt_summary(s: dict) -> str:
+    return f"mean {s['mean']:.1f}, min {s['min']}, max {s['max']}"
+
+
+def _print_stats(summary: dict, config) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(soft_wrap=True)
+    console.print(Text("context tokens kept: ", style="bold") + Text(_fmt_summary(summary["context_tokens"])))
+    for m, s in enumerate(summary["target_tokens_per_row"]):
+        console.print(Text(f"target {m + 1} tokens: ", style="bold") + Text(_fmt_summary(s)))
+    console.print(Text("official batch-minimum cut: ", style="bold") + Text(str(summary["official_cut"])))
+    for name in ("context_coverage", "any_target_coverage"):
+        console.print(Text(f"{name.replace('_', ' ')} (fraction of samples per position):", style="bold"))
+        console.print(heat_map(summary[name]))
+
+
+def heat_map(coverage) -> "Text":
+    """A coverage map as a shaded character grid with the range; 3D maps show frames side by side."""
+    import numpy as np
+    from rich.text import Text
+
+    cov = np.asarray(coverage, float)
+    frames = cov[None] if cov.ndim == 2 else cov
+    shades = " ░▒▓█"
+    out = Text()
+    for r in range(frames.shape[1]):
+        for f in range(frames.shape[0]):
+            for v in frames[f, r]:
+                level = min(len(shades) - 1, int(v * (len(shades) - 1) + 0.5))
+                out.append(shades[level] * 2, style="green")
+            out.append(" ")
+        out.append("\n")
+    out.append(f"min {cov.min():.3f}  mean {cov.mean():.3f}  max {cov.max():.3f}\n", style="dim")
+    return out
+
+
+def _cells(config, context, targets, i: int):
+    """Per-sample cell labels over the flat grid, per display row: list of (title, labels [N])."""
+    import numpy as np
+
+    rows = []
+    if context.ndim == 3:  # multiblock3d: one row per pair
+        for p in range(context.shape[1]):
+            lab = np.full(context.shape[-1], -1)
+            lab[targets[i, p]] = p
+            lab[context[i, p]] = -2
+            rows.append((f"pair {p + 1}", lab))
+    else:
+        lab = np.full(context.shape[-1], -1)
+        for m in range(targets.shape[1]):
+            lab[targets[i, m] & (lab == -1)] = m
+        both = context[i] & (lab >= 0)
+        lab[context[i]] = -2
+        lab[both] = -3
+        rows.append(("", lab))
+    return rows
+
+
+def render_show(config, context, targets, samples: int):
+    """Rich renderable: the first samples as coloured grids (context, each target, unused) + legend."""
+    from rich.console import Group
+    from rich.text import Text
+
+    H, W = config.grid
+    D = config.frames or 1
+    parts = []
+    legend = Text("legend: ")
+    legend.append("██", style="green")
+    legend.append(" context  ")
+    ntargets = targets.shape[1]
+    for m in range(ntargets):
+        legend.append("██", style=TARGET_COLOURS[m % len(TARGET_COLOURS)])
+        legend.append(f" target {m + 1}  " if context.ndim == 2 else f" target (pair {m + 1})  ")
+    legend.append("▒▒", style="white")
+    legend.append(" context and target  ")
+    legend.append("··", style="grey50")
+    legend.append(" unused")
+    parts.append(legend)
+    n = min(samples, context.shape[0])
+    if context.ndim == 2:
+        # samples side by side
+        labels = [_cells(config, context, targets, i)[0][1].reshape(H, W) for i in range(n)]
+        header = Text()
+        for i in range(n):
+            header.append(f"sample {i}".ljust(2 * W + 2), style="bold")
+        parts.append(header)
+        for r in range(H):
+            line = Text()
+            for i in range(n):
+                for v in labels[i][r]:
+                    line.append(*_glyph(int(v)))
+                line.append("  ")
+            parts.append(line)
+    else:
+        for i in range(n):
+            for title, lab in _cells(config, context, targets, i):
+                lab = lab.reshape(D, H, W)
+                parts.append(Text(f"sample {i}, {title} (frames left to right)", style="bold"))
+                for r in range(H):
+                    line = Text()
+                    for f in range(D):
+                        for v in lab[f, r]:
+                            line.append(*_glyph(int(v)))
+                        line.append(" ")
+                    parts.append(line)
+    return Group(*parts)
+
+
+def _glyph(label: int) -> tuple[str, str]:
+    if label == -2:
+        return "██", "green"
+    if label == -3:
+        return "▒▒", "white"
+    if label == -1:
+        return "··", "grey50"
+    return "██", TARGET_COLOURS[label % len(TARGET_COLOURS)]
+
+
+def _rgb(label: int) -> tuple[int, int, int]:
+    if label == -2:
+        return CONTEXT_RGB
+    if label == -3:
+        return BOTH_RGB
+    if label == -1:
+        return UNUSED_RGB
+    return TARGET_RGB[label % len(TARGET_RGB)]
+
+
+def _load_images(data: str, samples: int):
+    """The first `samples` inputs of a dataset as uint8 [n, (T,) H, W, 3]."""
+    import numpy as np
+
+    from jepa_cli.data import store
+    from jepa_cli.errors import InputError
+
+    path = Path(data)
+    attrs = store.read_attributes(path)
+    if attrs.get("jepa_kind", "dataset") != "dataset" or not (path / "inputs").exists():
+        raise InputError(f"{path}: not a dataset (no 'inputs' array)")
+    arr = store.open_array(path / "inputs")
+    n = min(samples, arr.shape[0])
+    x = np.asarray(arr[:n].read().result())
+    layout = str(attrs.get("layout") or "").upper()
+    if x.ndim == 3:  # N H W
+        x = x[..., None]
+    if x.ndim == 4 and layout.startswith("NC") or (x.ndim == 4 and x.shape[1] in (1, 3) and x.shape[-1] not in (1, 3)):
+        x = np.moveaxis(x, 1, -1)
+    if x.ndim not in (4, 5) or x.shape[-1] not in (1, 3):
+        raise InputError(f"{path}: cannot draw inputs of shape {list(x.shape)} (expected images N,H,W,C)")
+    if x.dtype != np.uint8:
+        lo, hi = float(x.min()), float(x.max())
+        x = ((x - lo) / (hi - lo + 1e-12) * 255).astype(np.uint8)
+    if x.shape[-1] == 1:
+        x = np.repeat(x, 3, axis=-1)
+    return x
+
+
+def write_png(path, config, context, targets, samples: int, images=None, cell: int = 16) -> None:
+    """A picture grid: one tile per sample (3D: one row of frames per pair), over real samples if given."""
+    import numpy as np
+    from PIL import Image
+
+    H, W = config.grid
+    D = config.frames or 1
+    n = min(samples, context.shape[0])
+    tiles = []
+    for i in range(n):
+        rows = []
+        for _title, lab in _cells(config, context, targets, i):
+            lab = lab.reshape(D, H, W)
+            frames = []
+            for f in range(D):
+                colour = np.array([[_rgb(int(v)) for v in row] for row in lab[f]], np.uint8)  # [H, W, 3]
+                tile = np.kron(colour, np.ones((cell, cell, 1), np.uint8))
+                if images is not None and i < len(images):
+                    img = images[i]
+                    if img.ndim == 4:  # video [T, H, W, C]: the frame under this tubelet
+                        img = img[min(len(img) - 1, f * len(img) // D)]
+                    photo = np.asarray(Image.fromarray(img).resize((W * cell, H * cell), Image.BILINEAR), float)
+                    unused = (lab[f] == -1)
+                    alpha = np.where(np.kron(unused, np.ones((cell, cell))) > 0, 0.75, 0.45)[..., None]
+                    tile = (photo * (1 - alpha) + tile * alpha).astype(np.uint8)
+                tile[::cell, :] = 0  # patch grid lines
+                tile[:, ::cell] = 0
+                frames.append(tile)
+                frames.append(np.full((H * cell, 4, 3), 255, np.uint8))
+            rows.append(np.concatenate(frames[:-1], axis=1))
+            rows.append(np.full((4, rows[-1].shape[1], 3), 255, np.uint8))
+        tiles.append(np.concatenate(rows[:-1], axis=0))
+    axis = 0 if config.frames else 1  # 3D samples stack vertically (each is a wide row of frames)
+    gap = np.full((12, tiles[0].shape[1], 3) if axis == 0 else (tiles[0].shape[0], 12, 3), 255, np.uint8)
+    picture = np.concatenate([x for t in tiles for x in (t, gap)][:-1], axis=axis)
+    Image.fromarray(picture).save(path, format="PNG")

@@ -1,0 +1,106 @@
+"""Dense boolean masks <-> the static-shape index form of a MaskSet.
+
+Everything here is sort-free (cumulative sums, a scatter and a bisection), which keeps the samplers
+fast on CPU as well as on accelerators.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+_INVALID = 2**31 - 1
+
+
+def dense_to_index(key: jax.Array | None, dense: jax.Array, slots: int, official_truncation: bool,
+                   cut_axes: tuple[int, ...] = (0,)) -> tuple[jax.Array, jax.Array]:
+    """dense bool [B, S, N] -> (index int32 [B, S, slots], valid bool [B, S, slots]).
+
+    Valid slots come first, in ascending index order; padded slots hold 0.
+    - official_truncation: every set is cut to the minimum count over `cut_axes` (the official
+      collator's batch minimum), keeping the lowest indices.
+    - otherwise, with `key`: a set larger than `slots` keeps a uniformly random subset of `slots`
+      members (never biased to low indices); a smaller one is padded.
+    - otherwise, without `key`: the lowest `slots` members (targets, where `slots` holds every set).
+    """
+    if official_truncation:
+        index, valid = compact(dense, slots)
+        cut = jnp.min(dense.sum(-1), axis=cut_axes, keepdims=True)
+        valid = valid & (jnp.arange(slots) < cut[..., None])
+        return jnp.where(valid, index, 0), valid
+    if key is not None:
+        dense = random_subset(key, dense, slots)
+    return compact(dense, slots)
+
+
+def random_subset(key: jax.Array, dense: jax.Array, size: int) -> jax.Array:
+    """A uniformly random subset of `size` members of each set (the whole set where it is smaller).
+
+    Every member gets an iid random 31-bit key; the members whose key is below the `size`-th smallest
+    key (found by bisection, 31 passes of compare-and-count) are kept. Equal keys (probability about
+    N^2 / 2^32 per set) can keep a few more, which `compact` then trims.
+    """
+    bits = (jax.random.bits(key, dense.shape, jnp.uint32) >> 1).astype(jnp.int32)
+    keys = jnp.where(dense, bits, _INVALID)
+    count = dense.sum(-1, dtype=jnp.int32)
+    need = jnp.minimum(count, size)[..., None]
+
+    def bisect(_, bounds):
+        lo, hi = bounds  # count(keys < lo) < need <= count(keys < hi)
+        mid = lo + (hi - lo) // 2
+        enough = jnp.sum(keys < mid, axis=-1, keepdims=True, dtype=jnp.int32) >= need
+        return jnp.where(enough, lo, mid), jnp.where(enough, mid, hi)
+
+    lo = jnp.zeros(need.shape, jnp.int32)
+    hi = jnp.full(need.shape, _INVALID, jnp.int32)
+    _, threshold = jax.lax.fori_loop(0, 31, bisect, (lo, hi))
+    return jnp.where(count[..., None] > size, keys < threshold, dense)
+
+
+def cumsum_last(x: jax.Array) -> jax.Array:
+    """Inclusive int32 cumulative sum over the last axis of a 0/1 array, blocked (fast on CPU too)."""
+    n = x.shape[-1]
+    if n <= 64:
+        return jnp.cumsum(x, axis=-1, dtype=jnp.int32)
+    block = 32
+    padded = -(-n // block) * block
+    xf = jnp.pad(x.astype(jnp.float32), [(0, 0)] * (x.ndim - 1) + [(0, padded - n)])
+    xf = xf.reshape(x.shape[:-1] + (padded // block, block))
+    upper = jnp.triu(jnp.ones((block, block), jnp.float32))  # exact in float32 for counts < 2^24
+    inner = jnp.matmul(xf, upper, precision=jax.lax.Precision.HIGHEST)
+    totals = inner[..., -1]
+    offsets = jnp.cumsum(totals, axis=-1) - totals
+    out = (inner + offsets[..., None]).reshape(x.shape[:-1] + (padded,))[..., :n]
+    return out.astype(jnp.int32)
+
+
+def compact(dense: jax.Array, slots: int) -> tuple[jax.Array, jax.Array]:
+    """The lowest `slots` members of each set, ascending, padded with 0 / invalid."""
+    n = dense.shape[-1]
+    lead = dense.shape[:-1]
+    flat = dense.reshape(-1, n)
+    position = cumsum_last(flat) - 1
+    slot = jnp.where(flat & (position < slots), position, slots)  # slot `slots` is a dump
+    rows = jnp.arange(flat.shape[0])[:, None]
+    members = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), flat.shape)
+    index = jnp.zeros((flat.shape[0], slots + 1), jnp.int32).at[rows, slot].set(members)[:, :slots]
+    valid = jnp.arange(slots) < jnp.minimum(position[:, -1] + 1, slots)[:, None]
+    index = jnp.where(valid, index, 0)
+    return index.reshape(lead + (slots,)), valid.reshape(lead + (slots,))
+
+
+def index_to_dense(index: jax.Array, valid: jax.Array, num_patches: int) -> jax.Array:
+    """index/valid [..., S, K] -> dense bool [..., S, N]."""
+    lead = index.shape[:-1]
+    flat_index = index.reshape(-1, index.shape[-1])
+    flat_valid = valid.reshape(flat_index.shape)
+    rows = jnp.arange(flat_index.shape[0])[:, None]
+    dense = jnp.zeros((flat_index.shape[0], num_patches), jnp.int32)
+    dense = dense.at[rows, flat_index].add(flat_valid.astype(jnp.int32))
+    return (dense > 0).reshape(lead + (num_patches,))
+
+
+def to_dense(maskset, num_patches: int) -> tuple[jax.Array, jax.Array]:
+    """MaskSet -> (context bool [B, C, N], targets bool [B, M, N])."""
+    return (index_to_dense(maskset.context_index, maskset.context_valid, num_patches),
+            index_to_dense(maskset.target_index, maskset.target_valid, num_patches))

@@ -1,0 +1,86 @@
+"""The mask file: a zarr v3 group of dense bool arrays (docs/formats.md, "Mask files")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jepa_cli.data import store
+from jepa_cli.errors import InputError
+from jepa_cli.masks.config import MaskConfig, MultiBlock3DConfig, config_parameters
+
+KIND = "masks"
+FORMAT_VERSION = 1
+
+
+def dense_layout(config: MaskConfig, context: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """to_dense output ([B, C, N], [B, M, N]) -> the on-disk layout of the strategy.
+
+    multiblock: context [B, N], targets [B, M, N]; multiblock3d: context [B, P, N], targets [B, P, N];
+    random: context [B, N], targets [B, 1, N].
+    """
+    context, targets = np.asarray(context, bool), np.asarray(targets, bool)
+    if not isinstance(config, MultiBlock3DConfig):
+        context = context[:, 0, :]
+    return context, targets
+
+
+def attributes(config: MaskConfig, seed: int, batch: int) -> dict[str, Any]:
+    params = config_parameters(config)
+    return store.base_attributes(
+        KIND,
+        format_version=FORMAT_VERSION,
+        strategy=config.strategy,
+        grid=list(config.grid),
+        frames=config.frames,
+        num_patches=config.num_patches,
+        batch=int(batch),
+        seed=int(seed),
+        parameters={k: v for k, v in params.items() if k != "strategy"},
+    )
+
+
+def write_masks(path: str | os.PathLike, config: MaskConfig, context: np.ndarray, targets: np.ndarray,
+                seed: int, force: bool = False) -> Path:
+    """Writes dense masks (on-disk layout) and their attributes atomically; returns the path."""
+    with store.atomic_directory(path, force=force) as tmp:
+        store.write_group(tmp, attributes(config, seed, context.shape[0]))
+        store.write_array(tmp / "context", np.asarray(context, bool))
+        store.write_array(tmp / "targets", np.asarray(targets, bool))
+    return Path(path)
+
+
+def read_masks(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """(attributes, context, targets) of a mask file; InputError if `path` is not one."""
+    path = Path(path)
+    attrs = store.read_attributes(path)
+    if attrs.get("jepa_kind") != KIND:
+        raise InputError(f"{path}: not a mask file (jepa_kind is {attrs.get('jepa_kind')!r})")
+    return attrs, store.read_array(path / "context"), store.read_array(path / "targets")
+
+
+def describe(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
+    """`jepa info` for a mask file: strategy, grid, parameters, arrays and token counts."""
+    from jepa_cli.data.describe import array_summary
+    from jepa_cli.masks.stats import mask_stats
+
+    _, context, targets = read_masks(path)
+    stats = mask_stats(context, targets, attrs.get("grid"), attrs.get("frames"))
+    return {
+        "strategy": attrs.get("strategy"),
+        "grid": attrs.get("grid"),
+        "frames": attrs.get("frames"),
+        "num_patches": attrs.get("num_patches"),
+        "batch": attrs.get("batch"),
+        "seed": attrs.get("seed"),
+        "parameters": attrs.get("parameters"),
+        "context": array_summary(path / "context"),
+        "targets": array_summary(path / "targets"),
+        "context_tokens": stats["context_tokens"],
+        "target_tokens": stats["target_tokens"],
+        "bytes_on_disk": store.disk_bytes(path),
+        "jepa_version": attrs.get("jepa_version"),
+    }
