@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mask": ("jepa_cli.cli.mask", "Sample JEPA context/target masks; write, show, picture or summarize them."),
     "info": ("jepa_cli.cli.info", "Describe a dataset, mask file, embedding set or run."),
     "probe": ("jepa_cli.cli.probe", "Score frozen features with a linear, k-NN or attentive probe."),
+    "encode-latents": ("jepa_cli.cli.encode", "Encode a dataset with a trained encoder into a latent dataset."),
     "train": ("jepa_cli.cli.train", "Pretrain an encoder (I-JEPA) on a dataset; resumable, sharded."),
     "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show a run's EMA momentum schedule and EMA-vs-online distances."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),

@@ -1,0 +1,331 @@
+"""Encoding a dataset with a frozen encoder into a latent dataset (`jepa encode-latents`).
+
+Two layers:
+
+- `encode_dataset(source, output, encode_fn, params, transform, ...)`: the mechanics, for any
+  `encode_fn(params, images [B, H, W, C] float32) -> tokens [B, T, D]`: batches (the last one
+  padded to the same static shape), optionally sharded over a mesh (batch over data x fsdp,
+  parameters by the trainer's fsdp rule), mean pooling or not, a streaming per-channel mean and
+  1/std, and chunk-wise resumable writing.
+- `encode_run(run_dir, source, output, ...)`: loads a training run's checkpoint
+  (`jepa_cli.training.run.load_run`), picks the target (EMA) or context encoder, builds the
+  objective's evaluation transform and provenance, and calls `encode_dataset`.
+
+Resumability: the output is written into a hidden sibling `.NAME.zarr.partial/` whose `job.json`
+records what is being computed; rows are processed in units of whole zarr chunks, and after a unit
+is written its statistics (count, mean, M2 per channel, float64) land in `progress/UNIT.npz`.
+A rerun of the same job (same run, step, weights, pool, layers, source) skips the recorded units; a
+different job discards the partial. When every unit is done, the statistics are merged in unit
+order (so interrupted and uninterrupted runs give identical attributes), labels are copied, the
+group metadata is written and the directory is renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from jepa_cli.data import store
+from jepa_cli.errors import InputError
+
+PARTIAL_SUFFIX = ".partial"
+JOB_FILE = "job.json"
+PROGRESS_DIR = "progress"
+POOLS = ("mean", "none")
+LAYERS = {"last": 1, "last4": 4}
+WEIGHTS = ("target", "context")
+
+
+def partial_path(output: str | os.PathLike) -> Path:
+    output = Path(output)
+    return output.with_name(f".{output.name}{PARTIAL_SUFFIX}")
+
+
+# -- the jitted, optionally sharded, encoding step ---------------------------------------------
+
+def make_step(encode_fn: Callable, params: Any, pool: str, mesh=None):
+    """(step(params, images) -> features, params placed on the devices)."""
+    import jax
+
+    def features(p, images):
+        z = encode_fn(p, images)
+        if z.ndim != 3:
+            raise InputError(f"the encoder returned shape {tuple(z.shape)}, expected [B, T, D]")
+        z = z.astype(jax.numpy.float32)
+        return z.mean(axis=1) if pool == "mean" else z
+
+    if mesh is None:
+        return jax.jit(features), jax.device_put(params)
+    from jepa_cli.training import mesh as meshlib
+
+    shardings = meshlib.state_shardings(mesh, params)
+    batch = meshlib.batch_sharding(mesh)
+    step = jax.jit(features, in_shardings=(shardings, batch), out_shardings=batch)
+    return step, jax.device_put(params, shardings)
+
+
+# -- streaming statistics ------------------------------------------------------------------------
+
+def chunk_stats(z: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """(count, mean, M2) per channel (last axis) of one block, float64."""
+    flat = z.reshape(-1, z.shape[-1]).astype(np.float64)
+    mean = flat.mean(axis=0)
+    m2 = ((flat - mean) ** 2).sum(axis=0)
+    return flat.shape[0], mean, m2
+
+
+def merge_stats(a: tuple[int, np.ndarray, np.ndarray], b: tuple[int, np.ndarray, np.ndarray]):
+    """Chan et al.'s parallel merge of (count, mean, M2)."""
+    na, ma, sa = a
+    nb, mb, sb = b
+    n = na + nb
+    delta = mb - ma
+    mean = ma + delta * (nb / n)
+    m2 = sa + sb + delta**2 * (na * nb / n)
+    return n, mean, m2
+
+
+def shift_scale(stats) -> tuple[list[float], list[float]]:
+    """latent_shift = mean, latent_scale = 1/std (population std; 1/1e-6 caps a constant channel)."""
+    n, mean, m2 = stats
+    std = np.sqrt(m2 / max(n, 1))
+    scale = 1.0 / np.maximum(std, 1e-6)
+    return [float(v) for v in mean.astype(np.float32)], [float(v) for v in scale.astype(np.float32)]
+
+
+# -- the mechanics -------------------------------------------------------------------------------
+
+def _prepare(images: np.ndarray, transform: Callable | None, batch_size: int) -> np.ndarray:
+    """Transforms a batch of raw samples per example, then pads it to `batch_size` rows."""
+    if transform is None:
+        x = np.asarray(images, np.float32)
+    else:
+        rng = np.random.default_rng(0)  # evaluation transforms are deterministic; the seed is unused
+        x = np.stack([np.asarray(transform({"image": img}, rng)["image"], np.float32) for img in images])
+    if len(x) < batch_size:
+        x = np.concatenate([x, np.zeros((batch_size - len(x),) + x.shape[1:], x.dtype)])
+    return x
+
+
+def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_fn: Callable, params: Any,
+                   transform: Callable | None = None, *, pool: str = "mean", batch_size: int = 128, mesh=None,
+                   job: dict[str, Any] | None = None, attributes: dict[str, Any] | None = None,
+                   force: bool = False, unit_rows: int | None = None, chunk_n: int | None = None,
+                   on_progress: Callable[[int], None] | None = None,
+                   on_start: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Encodes `source`'s inputs into the latent dataset `output`; returns a summary.
+
+    `job`: what identifies this computation for resuming (JSON-able; the source path, pool and
+    batch layout are added). `attributes`: extra group attributes (e.g. provenance).
+    `on_start(total_rows, rows_already_done)` and `on_progress(rows)` report progress.
+    """
+    import jax
+
+    if pool not in POOLS:
+        raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
+    source, output = Path(source), Path(output)
+    store.check_output(output, force)
+    src_attrs = store.read_attributes(source)
+    if src_attrs.get("jepa_kind", "dataset") != "dataset" or not (source / "inputs").exists():
+        raise InputError(f"{source}: not a dataset (needs an 'inputs' array)")
+    if src_attrs.get("modality") == "latent":
+        raise InputError(f"{source}: is already a latent dataset; encode an image dataset")
+    inputs = store.open_array(source / "inputs")
+    n = int(inputs.shape[0])
+    if n == 0:
+        raise InputError(f"{source}: the dataset is empty")
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    batch_size = min(batch_size, n)
+    if mesh is not None:  # the batch splits evenly over data x fsdp: round it up (padding rows are dropped)
+        dp = int(mesh.shape["data"] * mesh.shape["fsdp"])
+        batch_size = -(-batch_size // dp) * dp
+
+    step, placed = make_step(encode_fn, params, pool, mesh)
+    probe_x = _prepare(inputs[0:1].read().result(), transform, batch_size)
+    try:
+        out_shape = jax.eval_shape(step, placed, jax.ShapeDtypeStruct(probe_x.shape, probe_x.dtype)).shape
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a shape the encoder cannot take is a user error
+        raise InputError(f"{source}: the encoder cannot take samples of shape {list(probe_x.shape[1:])} "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    sample_shape = tuple(int(s) for s in out_shape[1:])
+
+    chunk_n = chunk_n or store.chunk_rows(sample_shape, 4)
+    job = dict(job or {}) | {"source": str(source.resolve()), "num_samples": n, "pool": pool,
+                             "sample_shape": list(sample_shape)}
+    tmp = partial_path(output)
+    state = _open_partial(tmp, job, chunk_n, batch_size, unit_rows)
+    unit_rows, chunk_n = state["unit_rows"], state["chunk_n"]
+    units = [(a, min(a + unit_rows, n)) for a in range(0, n, unit_rows)]
+    progress = tmp / PROGRESS_DIR
+    done = {i for i in range(len(units)) if (progress / f"{i:08d}.npz").exists()}
+    if on_start:
+        on_start(n, sum(units[i][1] - units[i][0] for i in done))
+
+    z_store = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
+        store.create_array(tmp / "inputs", (n,) + sample_shape, np.float32, chunk_n=chunk_n)
+    for i, (a, b) in enumerate(units):
+        if i in done:
+            continue
+        raw = inputs[a:b].read().result()
+        parts = []
+        pending = None
+        for s in range(0, b - a, batch_size):  # dispatch batch s, prepare s+1 while it runs
+            x = _prepare(raw[s:s + batch_size], transform, batch_size)
+            real = min(batch_size, b - a - s)
+            out = step(placed, x)
+            if pending is not None:
+                parts.append(np.asarray(pending[0])[:pending[1]])
+                if on_progress:
+                    on_progress(pending[1])
+            pending = (out, real)
+        parts.append(np.asarray(pending[0])[:pending[1]])
+        if on_progress:
+            on_progress(pending[1])
+        z = np.concatenate(parts, axis=0)
+        z_store[a:b].write(z).result()
+        count, mean, m2 = chunk_stats(z)
+        marker = progress / f"{i:08d}.npz"
+        with open(progress / f".{i:08d}.tmp.npz", "wb") as fh:
+            np.savez(fh, count=np.int64(count), mean=mean, m2=m2)
+        os.replace(progress / f".{i:08d}.tmp.npz", marker)
+
+    stats = None
+    for i in range(len(units)):
+        with np.load(progress / f"{i:08d}.npz") as f:
+            part = (int(f["count"]), f["mean"], f["m2"])
+        stats = part if stats is None else merge_stats(stats, part)
+    shift, scale = shift_scale(stats)
+    labels_copied = (source / "labels").exists()
+    if labels_copied:
+        store.write_array(tmp / "labels", store.read_array(source / "labels"))
+    attrs = store.base_attributes(
+        "dataset", modality="latent", layout="ND" if len(sample_shape) == 1 else "NTD",
+        class_names=list(src_attrs.get("class_names") or []), source=str(source), split=src_attrs.get("split"),
+        num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {}))
+    store.write_group(tmp, attrs)
+    shutil.rmtree(progress, ignore_errors=True)
+    (tmp / JOB_FILE).unlink(missing_ok=True)
+    _rename_into_place(tmp, output, force)
+    return {"output": str(output), "num_samples": n, "shape": [n, *sample_shape], "pool": pool,
+            "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
+            "labels": labels_copied, "latent_shift_mean": float(np.mean(shift)),
+            "latent_scale_mean": float(np.mean(scale))}
+
+
+def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int, unit_rows: int | None):
+    """Reuses a partial output of the same job, or starts a fresh one; returns its layout."""
+    job_path = tmp / JOB_FILE
+    if job_path.exists():
+        try:
+            recorded = json.loads(job_path.read_text())
+        except ValueError:
+            recorded = {}
+        if recorded.get("job") == json.loads(json.dumps(job)):
+            return recorded
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    if unit_rows is None:  # whole chunks, at least one batch
+        unit_rows = -(-max(batch_size, chunk_n) // chunk_n) * chunk_n
+    else:
+        unit_rows = -(-unit_rows // chunk_n) * chunk_n
+    (tmp / PROGRESS_DIR).mkdir(parents=True)
+    record = {"job": job, "unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}
+    job_path.write_text(json.dumps(record, indent=2))
+    return record
+
+
+def _rename_into_place(tmp: Path, output: Path, force: bool) -> None:
+    if output.exists():
+        if not force:
+            raise InputError(f"{output}: already exists (use --force to overwrite)")
+        trash = output.with_name(f".{output.name}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(output, trash)
+        os.rename(tmp, output)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.rename(tmp, output)
+
+
+# -- from a training run -------------------------------------------------------------------------
+
+def select_encoder(objective, host: dict[str, Any], weights: str, run_dir) -> Any:
+    """The encoder parameters: the EMA target (`ema`) or the context encoder (`params['encoder']`)."""
+    if weights not in WEIGHTS:
+        raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    name = getattr(objective, "name", type(objective).__name__)
+    if not callable(getattr(objective, "encode", None)):
+        raise InputError(f"{run_dir}: objective {name!r} has no encoder to encode with")
+    params = host.get("params") or {}
+    if weights == "target":
+        if host.get("ema") is None:
+            raise InputError(f"{run_dir}: objective {name!r} keeps no target (EMA) encoder; use --weights context")
+        return host["ema"]
+    if not isinstance(params, dict) or "encoder" not in params:
+        raise InputError(f"{run_dir}: objective {name!r} has no 'encoder' parameters")
+    return params["encoder"]
+
+
+def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: str | os.PathLike, *,
+               step: int | None = None, weights: str = "target", pool: str = "mean", layers: str = "last",
+               batch_size: int = 128, mesh: str | None = "data=-1,fsdp=1", force: bool = False,
+               on_progress: Callable[[int], None] | None = None,
+               on_start: Callable[[int, int], None] | None = None,
+               load_run: Callable | None = None) -> dict[str, Any]:
+    """Encodes `source` with the encoder of a training run's checkpoint; returns a summary."""
+    if layers not in LAYERS:
+        raise InputError(f"--layers must be one of {', '.join(LAYERS)}, got {layers!r}")
+    if pool not in POOLS:
+        raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
+    store.check_output(output, force)  # fail before loading anything
+    store.read_attributes(source)
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    if load_run is None:
+        from jepa_cli.training.run import load_run
+    config, objective, host, step = load_run(run_dir, step)
+    encoder_params = select_encoder(objective, host, weights, run_dir)
+    last_layers = LAYERS[layers]
+
+    def encode_fn(p, images):
+        return objective.encode(p, images, last_layers=last_layers)
+
+    objective_config = config.get("objective_config") if isinstance(config, dict) else None
+    image_size = (objective_config or {}).get("image_size")
+    transform = objective.eval_transform(image_size)
+    mesh_obj = None
+    if mesh:
+        from jepa_cli.training.mesh import make_mesh
+
+        mesh_obj = make_mesh(mesh)
+    from jepa_cli.training.run import params_sha256
+
+    to_config = getattr(objective, "to_config", None)
+    model = to_config() if callable(to_config) else objective_config
+    provenance = {
+        "run": str(run_dir.resolve()),
+        "step": int(step),
+        "weights": weights,
+        "objective": (config or {}).get("objective", getattr(objective, "name", None)),
+        "model": json.loads(json.dumps(model, default=str)),
+        "source": str(Path(source).resolve()),
+        "pool": pool,
+        "layers": layers,
+        "encoder_sha256": params_sha256(encoder_params),
+    }
+    job = {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers,
+           "encoder_sha256": provenance["encoder_sha256"]}
+    summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
+                             batch_size=batch_size, mesh=mesh_obj, job=job,
+                             attributes={"provenance": provenance, "pool": pool, "layers": layers},
+                             force=force, on_progress=on_progress, on_start=on_start)
+    return summary | {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers}

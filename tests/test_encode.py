@@ -1,0 +1,195 @@
+"""`jepa encode-latents`: resumable chunked writing, provenance and shift/scale, sharding, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import assert_user_error
+from jepa_cli.data import store
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "ijepa-digits-tiny.toml"
+
+
+def image_dataset(path, n=40, size=16, seed=0, labels=True):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a", "b", "c"],
+                                                  source="test", split=None, num_samples=n))
+    store.write_array(path / "inputs", np.random.default_rng(seed).integers(0, 256, (n, size, size, 1)).astype(np.uint8))
+    if labels:
+        store.write_array(path / "labels", (np.arange(n) % 3).astype(np.int32))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A real run of the tiny recipe with one checkpoint (step 0: initialisation) and a dataset."""
+    from jepa_cli.cli.main import cli
+
+    root = tmp_path_factory.mktemp("encode")
+    data = image_dataset(root / "data.zarr")
+    result = CliRunner().invoke(cli, ["train", "--config", str(RECIPE), "--data", str(data), "--out", str(root / "run"),
+                                      "--steps", "0", "--batch-size", "8", "--mesh", "data=1", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return root / "run", data
+
+
+def stand_in_encoder(params, images):
+    """images [B, 16, 16, 1] -> tokens [B, 16, 8]: 4x4 patches through a fixed projection."""
+    import jax.numpy as jnp
+
+    b = images.shape[0]
+    patches = images.reshape(b, 4, 4, 4, 4).transpose(0, 1, 3, 2, 4).reshape(b, 16, 16)
+    return jnp.tanh(patches @ params["w"] + params["b"])
+
+
+def stand_in_params():
+    rng = np.random.default_rng(7)
+    return {"w": rng.normal(size=(16, 8)).astype(np.float32) * 0.05, "b": rng.normal(size=(8,)).astype(np.float32)}
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_after_interruption_equals_uninterrupted(tmp_path):
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=50)
+    params = stand_in_params()
+    kw = dict(pool="none", batch_size=6, chunk_n=4, job={"what": "stand-in"})
+    whole = encode_dataset(data, tmp_path / "whole.zarr", stand_in_encoder, params, **kw)
+    assert whole["units"] == 7  # units of two 4-row chunks (>= one 6-row batch)
+
+    seen = []
+
+    def stop_after_three_units(rows):
+        seen.append(rows)
+        if sum(seen) >= 30:  # mid-way through the fourth unit (rows 24-32)
+            raise Interrupt
+
+    out = tmp_path / "resumed.zarr"
+    with pytest.raises(Interrupt):
+        encode_dataset(data, out, stand_in_encoder, params, on_progress=stop_after_three_units, **kw)
+    assert not out.exists() and partial_path(out).exists()
+
+    counted = []
+    resumed = encode_dataset(data, out, stand_in_encoder, params, on_progress=counted.append, **kw)
+    assert resumed["units_resumed"] == 3 and sum(counted) == 50 - 24
+    assert not partial_path(out).exists()
+    np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
+    a, b = store.read_attributes(out), store.read_attributes(tmp_path / "whole.zarr")
+    assert a["latent_shift"] == b["latent_shift"] and a["latent_scale"] == b["latent_scale"]
+
+    # a different job does not reuse a stale partial
+    with pytest.raises(Interrupt):
+        encode_dataset(data, tmp_path / "x.zarr", stand_in_encoder, params, on_progress=stop_after_three_units, **kw)
+    other = encode_dataset(data, tmp_path / "x.zarr", stand_in_encoder, params, **(kw | {"job": {"what": "else"}}))
+    assert other["units_resumed"] == 0
+
+
+def test_encode_latents_cli_provenance_shift_scale(trained, tmp_path, run_cli):
+    run, data = trained
+    out = tmp_path / "emb.zarr"
+    result = run_cli("encode-latents", run, data, "-o", out, "--batch-size", "16", "--mesh", "data=1", "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["shape"] == [40, 64] and summary["step"] == 0 and summary["weights"] == "target"
+
+    attrs = store.read_attributes(out)
+    assert attrs["jepa_kind"] == "dataset" and attrs["modality"] == "latent" and attrs["layout"] == "ND"
+    prov = attrs["provenance"]
+    assert prov["run"] == str(run.resolve()) and prov["step"] == 0 and prov["weights"] == "target"
+    assert prov["objective"] == "ijepa" and prov["model"]["width"] == 64 and prov["model"]["depth"] == 4
+    assert prov["source"] == str(data.resolve()) and prov["pool"] == "mean" and prov["layers"] == "last"
+    z = store.read_array(out / "inputs")
+    np.testing.assert_allclose(attrs["latent_shift"], z.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(attrs["latent_scale"], 1 / z.std(axis=0, dtype=np.float64), rtol=1e-4)
+    normalised = (z - np.array(attrs["latent_shift"])) * np.array(attrs["latent_scale"])
+    np.testing.assert_allclose(normalised.std(axis=0), 1.0, rtol=1e-3)
+    np.testing.assert_array_equal(store.read_array(out / "labels"), store.read_array(data / "labels"))
+    assert attrs["class_names"] == ["a", "b", "c"]
+
+    # the target (EMA) and context encoders are the same at step 0; tokens and last4 change the shape
+    tokens = tmp_path / "tok.zarr"
+    result = run_cli("encode-latents", run, data, "-o", tokens, "--pool", "none", "--layers", "last4",
+                     "--weights", "context", "--mesh", "data=1", "-q")
+    assert result.exit_code == 0, result.stderr
+    t = store.read_array(tokens / "inputs")
+    assert t.shape == (40, 16, 256) and store.read_attributes(tokens)["layout"] == "NTD"
+    np.testing.assert_allclose(t[:, :, -64:].mean(axis=1), z, rtol=1e-4, atol=1e-5)
+    tok_attrs = store.read_attributes(tokens)
+    np.testing.assert_allclose(tok_attrs["latent_shift"], t.reshape(-1, 256).mean(axis=0), rtol=1e-4, atol=1e-5)
+
+    # the output feeds the probes, and an existing output needs --force
+    probe = run_cli("probe", "knn", out, out, "--k", "5", "--json")
+    assert probe.exit_code == 0, probe.stderr
+    assert_user_error(run_cli("encode-latents", run, data, "-o", out), "already exists")
+    assert run_cli("encode-latents", run, data, "-o", out, "--force", "--mesh", "data=1", "-q").exit_code == 0
+
+
+SHARDED = textwrap.dedent("""
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax, numpy as np
+    from pathlib import Path
+    from jepa_cli.data import store
+    from jepa_cli.evaluation.encode import encode_dataset
+    from jepa_cli.objectives import make_objective
+    from jepa_cli.training.mesh import make_mesh
+    assert jax.device_count() == 8
+    root = Path(sys.argv[1])
+    obj = make_objective("ijepa", {"model": "tiny", "depth": 2, "width": 32, "heads": 2, "patch_size": 4,
+                                   "image_size": 16, "channels": 1})
+    params = obj.init(jax.random.key(0))["encoder"]
+    fn = lambda p, x: obj.encode(p, x)
+    outs = {}
+    for name, mesh in [("one", None), ("data8", make_mesh("data=8"))]:
+        r = encode_dataset(root / "data.zarr", root / f"{name}.zarr", fn, params, obj.eval_transform(None),
+                           pool="none", batch_size=12, mesh=mesh)
+        outs[name] = store.read_array(root / f"{name}.zarr" / "inputs")
+        print(name, r["batch_size"], outs[name].shape)
+    np.testing.assert_allclose(outs["data8"], outs["one"], rtol=1e-5, atol=1e-5)
+    print("OK")
+""")
+
+
+def test_encoding_on_8_simulated_devices_equals_one(tmp_path):
+    image_dataset(tmp_path / "data.zarr", n=30)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", SHARDED, str(tmp_path)], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "data8 16 (30, 16, 32)" in result.stdout and result.stdout.strip().endswith("OK")
+
+
+def test_bad_input_exits_2(trained, tmp_path, run_cli, monkeypatch):
+    run, data = trained
+    out = tmp_path / "o.zarr"
+    assert_user_error(run_cli("encode-latents", tmp_path / "nowhere", data, "-o", out), "nowhere")
+    (tmp_path / "notrun").mkdir()
+    assert_user_error(run_cli("encode-latents", tmp_path / "notrun", data, "-o", out), "not a training run")
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    (empty / "run.json").write_text((run / "run.json").read_text())
+    assert_user_error(run_cli("encode-latents", empty, data, "-o", out), "no checkpoint")
+    assert_user_error(run_cli("encode-latents", run, data, "-o", out, "--step", "5"), "no checkpoint at step 5")
+    assert_user_error(run_cli("encode-latents", run, tmp_path / "missing.zarr", "-o", out), "missing.zarr")
+    assert not out.exists()
+
+    # a checkpoint of an objective without an encoder
+    import jepa_cli.training.run as runlib
+
+    class NoEncoder:
+        name = "toy-no-encoder"
+
+    monkeypatch.setattr(runlib, "load_run", lambda run_dir, step=None: ({"objective": "toy"}, NoEncoder(),
+                                                                        {"params": {"w": np.zeros(2)}, "ema": None}, 3))
+    assert_user_error(run_cli("encode-latents", run, data, "-o", out), "has no encoder")
