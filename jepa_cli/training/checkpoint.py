@@ -59,6 +59,7 @@ class Checkpoints:
 
         A checkpoint whose tree or shapes differ from `target` (another model) is an InputError."""
         ocp = self._ocp
+        self._precheck(step, target)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore(),
                                   config=ocp.args.JsonRestore())
         try:
@@ -68,6 +69,26 @@ class Checkpoints:
                              f"model ({' '.join(str(exc).split())[:200]})") from None
         _check_shapes(out["state"], target, self.directory.parent, step)
         return out["state"], dict(out["data"] or {}), dict(out["config"] or {})
+
+    def _precheck(self, step: int, target: Any) -> None:
+        """Compares the stored params/EMA shapes with the target's before reading any array."""
+        from etils import epath
+
+        try:
+            meta = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "state"))
+        except Exception:  # noqa: BLE001 - no readable metadata: let the restore itself decide
+            return
+        meta = getattr(meta, "item_metadata", meta)
+        stored = _shapes(meta, ("params", "ema"))
+        wanted = _shapes(target, ("params", "ema"))
+        if stored.keys() != wanted.keys():
+            diff = sorted(stored.keys() ^ wanted.keys())
+            raise InputError(f"{self.directory.parent}: its checkpoint at step {step} holds another model "
+                             f"(parameter {diff[0]} is in only one of them)")
+        for key, shape in wanted.items():
+            if stored[key] != shape:
+                raise InputError(f"{self.directory.parent}: its checkpoint at step {step} holds another model "
+                                 f"({key}: stored {stored[key]}, this model {shape})")
 
     def restore_json(self, step: int, item: str) -> dict[str, Any]:
         ocp = self._ocp
@@ -79,6 +100,15 @@ class Checkpoints:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _shapes(tree: Any, roots: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        names = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        if names and names[0] in roots and hasattr(leaf, "shape"):
+            out["/".join(names)] = tuple(leaf.shape)
+    return out
 
 
 def _check_shapes(restored: Any, target: Any, run_dir: Path, step: int) -> None:

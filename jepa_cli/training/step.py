@@ -46,7 +46,7 @@ def make_step_fn(objective, tx: optax.GradientTransformation, lr_fn: Callable, w
             loss = loss / k
             aux = jax.tree.map(lambda a: a / k, aux)
             grads = jax.tree.map(lambda g: g / k, grads)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)

@@ -1,0 +1,111 @@
+"""`jepa train --objective ijepa` end to end on builtin:digits, `jepa info RUN`, `jepa ema-inspect`,
+and bad input: one line, exit 2, RUN untouched."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import assert_user_error
+
+from jepa_cli.data import store
+
+TINY = ["--model", "tiny", "--patch-size", "4", "--pred-depth", "1", "--pred-width", "16", "--min-keep", "4"]
+TINY_TOML = """
+objective = "ijepa"
+batch_size = 32
+lr = 2e-3
+warmup_steps = 4
+log_every = 1
+[ijepa]
+depth = 2
+width = 32
+heads = 2
+"""
+
+
+def _cli(*args):
+    from jepa_cli.cli.main import cli
+
+    r = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, prog_name="jepa")
+    return r
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ijepa")
+    digits = root / "digits.zarr"
+    r = _cli("ingest", "builtin:digits", digits, "--size", "16x16", "--channels", "1", "-q")
+    assert r.exit_code == 0, r.stderr
+    recipe = root / "tiny.toml"
+    recipe.write_text(TINY_TOML)
+    run = root / "run"
+    r = _cli("train", "--config", recipe, "--data", digits, "--out", run, "--steps", "40", "--mesh", "data=2",
+             "--save-every", "20", "--json", "-q", *TINY)
+    assert r.exit_code == 0, r.stderr
+    return {"root": root, "digits": digits, "recipe": recipe, "run": run, "result": json.loads(r.stdout)}
+
+
+def test_ijepa_loss_falls_on_digits(trained):
+    result = trained["result"]
+    assert result["run"] == str(trained["run"]) and result["step"] == 40
+    lines = [json.loads(x) for x in (trained["run"] / "metrics.jsonl").read_text().splitlines()]
+    losses = np.array([m["loss"] for m in lines])
+    assert len(losses) == 40 and np.isfinite(losses).all()
+    assert losses[-5:].mean() < 0.7 * losses[:5].mean()
+    for key in ("lr", "weight_decay", "ema_momentum", "grad_norm", "repr_std", "repr_cov_offdiag", "examples_per_sec"):
+        assert key in lines[-1]
+    assert lines[-1]["repr_std"] > 0
+
+
+def test_info_and_ema_inspect(trained):
+    r = _cli("info", trained["run"], "--json")
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["kind"] == "run" and info["objective"] == "ijepa" and info["model"] == "tiny"
+    assert info["steps_done"] == 40 and info["checkpoints"] == [20, 40] and len(info["params_sha256"]) == 64
+    assert info["latest_metrics"]["step"] == 40
+    r = _cli("ema-inspect", trained["run"], "--json", "--at", "20")
+    assert r.exit_code == 0, r.stderr
+    ema = json.loads(r.stdout)
+    assert ema["step"] == 40 and ema["total_steps"] == 40
+    assert ema["momentum"] == pytest.approx(1.0) and ema["at"]["momentum"] == pytest.approx(0.998, abs=1e-6)
+    names = {m["name"] for m in ema["modules"]}
+    assert names and all(0 <= m["relative_distance"] < 1 and m["cosine"] > 0.5 for m in ema["modules"])
+    r = _cli("ema-inspect", trained["run"])
+    assert r.exit_code == 0 and "momentum" in r.stdout
+
+
+def _snapshot(path):
+    return sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*"))
+
+
+def test_bad_input_one_line_exit2_run_untouched(trained, tmp_path):
+    digits, run, recipe = trained["digits"], trained["run"], trained["recipe"]
+    before = _snapshot(run)
+    audio = tmp_path / "audio.zarr"
+    store.write_group(audio, store.base_attributes("dataset", modality="audio", layout="NT", class_names=[]))
+    store.write_array(audio / "inputs", np.zeros((4, 8, 8, 1), np.uint8))
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("steps = 3\nlearnin_rate = 1.0\n")
+    new = tmp_path / "new"
+    base = ["train", "--config", recipe, "--steps", "2", *TINY]
+    cases = [
+        ([*base, "--data", tmp_path / "missing.zarr", "--out", new], ["missing.zarr"]),
+        ([*base, "--data", audio, "--out", new], ["modality"]),
+        ([*base, "--data", digits, "--out", new, "--image-size", "18"], ["not divisible by the patch size"]),
+        ([*base, "--data", digits, "--out", new, "--batch-size", "30", "--mesh", "data=8"], ["30", "not divisible"]),
+        ([*base, "--data", digits, "--out", new, "--mesh", "data=16"], ["16 devices"]),
+        ([*base, "--data", digits, "--out", new, "--model", "enormous"], ["enormous"]),
+        (["train", "--config", bad_toml, "--data", digits, "--out", new], ["learnin_rate"]),
+        ([*base, "--data", digits, "--out", run], ["--resume", "--force"]),
+        ([*base, "--data", digits, "--out", run, "--resume", "--steps", "50", "--pred-width", "24"], ["another model"]),
+        ([*base, "--data", digits, "--out", run, "--resume", "--mesh", "data=16"], ["16 devices"]),
+    ]
+    for args, fragments in cases:
+        r = _cli(*args)
+        assert_user_error(r, *fragments)
+        assert not new.exists()
+        assert _snapshot(run) == before, args

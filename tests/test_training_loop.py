@@ -1,0 +1,155 @@
+"""The trainer on the toy objective (tests/toy_objective.py) over 8 simulated CPU devices
+(tests/conftest.py sets XLA_FLAGS before JAX starts): sharding, exact resume, restore on another
+mesh, gradient accumulation, divergence, collapse telemetry, --steps 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax
+import numpy as np
+import pytest
+
+from jepa_cli.data import store
+from jepa_cli.errors import JepaError
+from jepa_cli.training.config import build_config
+from jepa_cli.training.loop import Callbacks, train
+from jepa_cli.training.run import load_run, params_sha256, read_metrics
+
+TOY = "toy_objective:make"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "toy.zarr"
+    rng = np.random.default_rng(0)
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(path / "inputs", rng.integers(0, 256, (96, 8, 8, 1), dtype=np.uint8))
+    return path
+
+
+def _cfg(dataset, out, **kw):
+    values = dict(objective=TOY, data=str(dataset), out=str(out), steps=8, batch_size=16, mesh="data=4,fsdp=2",
+                  lr=1e-2, warmup_steps=2, seed=3, async_checkpointing=True)
+    values.update(kw)
+    return build_config(values)
+
+
+def _sha(run, step=None):
+    _, _, host, _ = load_run(run, step)
+    return params_sha256(host)
+
+
+def test_fsdp8_shards_every_divisible_leaf():
+    from toy_objective import make
+
+    from jepa_cli.training import mesh as mesh_lib
+    from jepa_cli.training.run import abstract_state, build_optimizer
+    from jepa_cli.training.state import init_state
+
+    obj = make({"image_size": 8, "dim": 16})
+    cfg = build_config({"steps": 1})
+    lengths = {"steps": 1, "t_max": 1, "warmup_steps": 0, "ipe": 1}
+    tx, *_ = build_optimizer(cfg, obj, lengths, jax.eval_shape(obj.init, jax.ShapeDtypeStruct((2,), np.uint32)))
+    mesh = mesh_lib.make_mesh("fsdp=8")
+    sh = mesh_lib.state_shardings(mesh, abstract_state(obj, tx))
+    state = jax.jit(lambda k: init_state(obj, tx, k), out_shardings=sh)(jax.random.PRNGKey(0))
+    kernel = state.params["encoder"]["kernel"]  # [64, 16]: sharded along 64
+    assert len(kernel.addressable_shards) == 8
+    assert all(s.data.size == kernel.size // 8 for s in kernel.addressable_shards)
+    mu = state.opt_state[0].mu["encoder"]["kernel"]  # optimizer state follows the same rule
+    assert all(s.data.size == mu.size // 8 for s in mu.addressable_shards)
+    assert all(s.data.size == state.ema["kernel"].size // 8 for s in state.ema["kernel"].addressable_shards)
+
+
+def test_data4_fsdp2_trains_and_resumes_exactly(dataset, tmp_path):
+    full = train(_cfg(dataset, tmp_path / "full", save_every=4))
+    assert full["step"] == 8 and full["checkpoints"] == [4, 8]
+    lines = read_metrics(tmp_path / "full")
+    assert [m["step"] for m in lines] == list(range(1, 9))
+    for key in ("loss", "lr", "weight_decay", "ema_momentum", "grad_norm", "repr_std", "repr_cov_offdiag",
+                "examples_per_sec"):
+        assert all(np.isfinite(m[key]) for m in lines), key
+
+    # interrupted by SIGINT after step 5, then resumed: bit-identical to the uninterrupted run
+    def interrupt(step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    part = train(_cfg(dataset, tmp_path / "part", save_every=4), callbacks=Callbacks(after_step=interrupt))
+    assert part["interrupted"] == "SIGINT" and part["step"] == 5 and part["checkpoints"] == [4, 5]
+    rest = train(_cfg(dataset, tmp_path / "part", save_every=4), resume=True)
+    assert rest["step"] == 8
+    assert _sha(tmp_path / "part") == _sha(tmp_path / "full")
+    assert [m["step"] for m in read_metrics(tmp_path / "part")] == list(range(1, 9))
+
+
+def test_restore_on_another_mesh(dataset, tmp_path):
+    """fsdp=8 -> data=8 -> one device: the same values, and training continues."""
+    from toy_objective import make
+
+    from jepa_cli.training import mesh as mesh_lib
+    from jepa_cli.training.checkpoint import Checkpoints
+    from jepa_cli.training.run import abstract_state, build_optimizer
+
+    run = tmp_path / "run"
+    train(_cfg(dataset, run, steps=4, mesh="fsdp=8"))
+    saved = _sha(run)
+    _, obj, _, _ = load_run(run)
+    cfg = build_config({"steps": 4})
+    tx, *_ = build_optimizer(cfg, obj, {"steps": 4, "t_max": 4, "warmup_steps": 2, "ipe": 6},
+                             jax.eval_shape(obj.init, jax.ShapeDtypeStruct((2,), np.uint32)))
+    abstract = abstract_state(obj, tx)
+    for spec in ("data=8", "data=1"):
+        mesh = mesh_lib.make_mesh(spec)
+        sh = mesh_lib.state_shardings(mesh, abstract)
+        target = jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
+                              abstract.as_dict(), sh.as_dict())
+        ck = Checkpoints(run, create=False)
+        state, _, _ = ck.restore(4, target)
+        ck.close()
+        assert state["params"]["encoder"]["kernel"].sharding.mesh.devices.size == mesh.devices.size
+        assert params_sha256({"params": state["params"], "ema": state["ema"]}) == saved
+    out = train(_cfg(dataset, run, steps=6, mesh="data=8"), resume=True)
+    assert out["step"] == 6 and np.isfinite(out["loss"])
+    out = train(_cfg(dataset, run, steps=7, mesh="data=1"), resume=True)
+    assert out["step"] == 7 and np.isfinite(out["loss"])
+    del make
+
+
+def test_grad_accum_matches_large_batch_and_schedules_per_update(dataset, tmp_path):
+    common = dict(steps=3, batch_size=16, mesh="data=2,fsdp=2", objective_config={"noise": 0.0})
+    one = train(_cfg(dataset, tmp_path / "one", **common))
+    acc = train(_cfg(dataset, tmp_path / "acc", grad_accum=4, **common))
+    _, _, a, _ = load_run(tmp_path / "one")
+    _, _, b, _ = load_run(tmp_path / "acc")
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-6)
+    # 12 micro-batches, 3 updates: LR, WD and EMA momentum advanced 3 times, as without accumulation
+    m1, m4 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "acc")
+    for key in ("lr", "weight_decay", "ema_momentum"):
+        assert [m[key] for m in m1] == [m[key] for m in m4]
+    assert acc["step"] == 3 and one["loss"] == pytest.approx(acc["loss"], rel=1e-4)
+
+
+def test_divergence_keeps_last_good_checkpoint(dataset, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(JepaError, match="diverged at step 6") as exc:
+        train(_cfg(dataset, run, save_every=2, objective_config={"diverge_at": 5}))
+    assert "last good checkpoint is step 4" in str(exc.value)
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [2, 4]
+    assert load_run(run)[3] == 4
+
+
+def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):
+    logs = []
+    out = train(_cfg(dataset, tmp_path / "c", steps=2, objective_config={"collapse": True}),
+                callbacks=Callbacks(on_log=logs.append))
+    assert out["collapse_suspected_at"] == 1 and any("collapsed" in m for m in logs)
+    assert read_metrics(tmp_path / "c")[0]["repr_std"] == 0.0
+    init = train(_cfg(dataset, tmp_path / "z", steps=0))
+    assert init["checkpoints"] == [0]
+    cfg, obj, host, step = load_run(tmp_path / "z")
+    assert step == 0 and cfg["objective"] == TOY
+    np.testing.assert_array_equal(host["ema"]["kernel"], host["params"]["encoder"]["kernel"])

@@ -1,0 +1,123 @@
+"""Schedules, optimizer, mesh rule and config parsing: no training, no compile beyond tiny ops."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jepa_cli.errors import InputError
+from jepa_cli.training import config as config_lib
+from jepa_cli.training import mesh as mesh_lib
+from jepa_cli.training import optimizer, schedules
+
+# The official ViT-H/14 run: ImageNet-1k 1,281,167 images / batch 2048 -> ipe 625, 300 epochs, warmup 40.
+IPE, EPOCHS, WARMUP = 625, 300, 40
+T_MAX = int(1.0 * EPOCHS * IPE)
+
+
+def _official_lr_scheduler(n_steps):
+    """A line-by-line transcription of the official WarmupCosineSchedule.step() sequence."""
+    warmup_steps, start_lr, ref_lr, final_lr = WARMUP * IPE, 2e-4, 1e-3, 1e-6
+    t_max = T_MAX - warmup_steps
+    step, out = 0.0, []
+    for _ in range(n_steps):
+        step += 1
+        if step < warmup_steps:
+            new_lr = start_lr + float(step) / float(max(1, warmup_steps)) * (ref_lr - start_lr)
+        else:
+            progress = float(step - warmup_steps) / float(max(1, t_max))
+            new_lr = max(final_lr, final_lr + (ref_lr - final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+        out.append(new_lr)
+    return out
+
+
+@pytest.mark.parametrize("step", [0, 1, 100, WARMUP * IPE - 2, WARMUP * IPE - 1, WARMUP * IPE, 100_000, T_MAX - 1])
+def test_lr_matches_official(step):
+    lr = schedules.warmup_cosine(2e-4, 1e-3, 1e-6, WARMUP * IPE, T_MAX)
+    want = schedules.official_lr(step, 2e-4, 1e-3, 1e-6, WARMUP * IPE, T_MAX)
+    assert float(lr(step)) == pytest.approx(want, rel=1e-5, abs=1e-9)
+
+
+def test_lr_reference_equals_official_sequence():
+    seq = _official_lr_scheduler(WARMUP * IPE + 50)
+    for step in (0, 1, 2, WARMUP * IPE - 1, WARMUP * IPE, WARMUP * IPE + 49):
+        assert schedules.official_lr(step, 2e-4, 1e-3, 1e-6, WARMUP * IPE, T_MAX) == seq[step]
+    assert seq[0] == pytest.approx(2e-4 + (1e-3 - 2e-4) / (WARMUP * IPE))  # the step is incremented first
+
+
+@pytest.mark.parametrize("step", [0, 1, 1000, T_MAX // 2, T_MAX - 1])
+def test_wd_and_momentum_match_official(step):
+    wd = schedules.cosine_wd(0.04, 0.4, T_MAX)
+    m = schedules.linear_momentum(0.996, 1.0, T_MAX)
+    assert float(wd(step)) == pytest.approx(schedules.official_wd(step, 0.04, 0.4, T_MAX), rel=1e-5)
+    assert float(m(step)) == pytest.approx(0.996 + step * 0.004 / T_MAX, rel=1e-7)
+    assert float(wd(T_MAX - 1)) == pytest.approx(0.4)  # it rises to final_wd
+    assert float(wd(0)) == pytest.approx(0.04, rel=1e-4)
+
+
+def test_ijepa_momentum_matches_official_generator():
+    from jepa_cli.objectives import make_objective
+
+    obj = make_objective("ijepa", {"model": "tiny", "patch_size": 4, "image_size": 16, "channels": 1})
+    obj = obj.with_total_updates(T_MAX)
+    for i in (0, 1, 5000, T_MAX):
+        assert float(obj.ema_spec.momentum(i)) == pytest.approx(0.996 + i * (1.0 - 0.996) / (IPE * EPOCHS * 1.0), rel=1e-7)
+
+
+def test_adamw_matches_torch_formula():
+    """Decoupled decay on masked leaves, none on biases; Adam moments as torch.optim.AdamW."""
+    lr_fn = lambda s: jnp.asarray(0.1)  # noqa: E731
+    wd_fn = lambda s: jnp.asarray(0.5)  # noqa: E731
+    params = {"w": jnp.array([[1.0, -2.0]]), "bias": jnp.array([3.0])}
+    grads = {"w": jnp.array([[0.5, 0.25]]), "bias": jnp.array([1.0])}
+    tx = optimizer.make_optimizer(lr_fn, wd_fn, optimizer.default_weight_decay_mask(params))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    new = jax.tree.map(lambda p, u: p + u, params, updates)
+    for name, decay in (("w", True), ("bias", False)):
+        p, g = np.asarray(params[name]), np.asarray(grads[name])
+        m, v = 0.1 * g / (1 - 0.9), 0.001 * g * g / (1 - 0.999)
+        want = p * (1 - 0.1 * 0.5 * decay) - 0.1 * m / (np.sqrt(v) + 1e-8)
+        np.testing.assert_allclose(np.asarray(new[name]), want, rtol=1e-6)
+
+
+def test_mesh_parse_and_rule():
+    assert mesh_lib.parse_mesh("data=-1,fsdp=2") == {"data": -1, "fsdp": 2}
+    assert mesh_lib.resolve_mesh_shape("data=-1,fsdp=2", 8) == {"data": 4, "fsdp": 2}
+    assert mesh_lib.resolve_mesh_shape("fsdp=8", 8) == {"data": 1, "fsdp": 8}
+    for bad in ("data=16", "model=2", "data", "data=x", "data=-1,fsdp=-1"):
+        with pytest.raises(InputError):
+            mesh_lib.resolve_mesh_shape(bad, 8)
+    assert mesh_lib.leaf_spec((192, 768), 8) == jax.sharding.PartitionSpec(None, "fsdp")
+    assert mesh_lib.leaf_spec((12, 5), 8) == jax.sharding.PartitionSpec()
+    assert mesh_lib.leaf_spec((16, 3), 8) == jax.sharding.PartitionSpec("fsdp", None)
+    assert mesh_lib.leaf_spec((192,), 1) == jax.sharding.PartitionSpec()
+
+
+def test_toml_unknown_key_and_layers(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('steps = 5\nbatch_size = 8\n[ijepa]\nmodel = "small"\n')
+    cfg = config_lib.resolve_config({"batch_size": 16, "objective_config": {"patch_size": 8}}, recipe)
+    assert (cfg.steps, cfg.batch_size) == (5, 16)  # the command line wins
+    assert cfg.objective_config == {"model": "small", "patch_size": 8}
+    recipe.write_text("steps = 5\nlearning_rate = 0.1\n")
+    with pytest.raises(InputError, match="learning_rate"):
+        config_lib.resolve_config({}, recipe)
+
+
+def test_recipes_parse():
+    from pathlib import Path
+
+    from jepa_cli.objectives import make_objective
+
+    root = Path(__file__).resolve().parents[1] / "recipes"
+    for path in sorted(root.glob("*.toml")):
+        cfg = config_lib.resolve_config({}, path)
+        make_objective(cfg.objective, cfg.objective_config)  # every key is known to the objective
+    vith = config_lib.resolve_config({}, root / "ijepa-in1k-vith14.toml")
+    assert (vith.lr, vith.start_lr, vith.final_lr, vith.warmup_epochs, vith.epochs) == (1e-3, 2e-4, 1e-6, 40, 300)
+    assert (vith.wd, vith.final_wd, vith.batch_size, vith.ipe_scale) == (0.04, 0.4, 2048, 1.0)
+    assert vith.objective_config["model"] == "huge" and vith.objective_config["patch_size"] == 14
