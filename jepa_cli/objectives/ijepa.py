@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
@@ -218,10 +219,11 @@ class IJEPAObjective:
         return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
 
     def weight_decay_mask(self, params):
+        """True where AdamW decays: not biases, not 1-D leaves (LayerNorm); the mask token is."""
         def decay(path, leaf):
             last = path[-1]
             name = getattr(last, "key", getattr(last, "name", None))
-            return not (name == "bias" or jnp.ndim(leaf) <= 1)
+            return not (name == "bias" or len(np.shape(leaf)) <= 1)
 
         return jax.tree_util.tree_map_with_path(decay, params)
 

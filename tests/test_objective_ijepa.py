@@ -1,0 +1,194 @@
+"""The I-JEPA objective behind the Objective seam (tiny configurations only)."""
+
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jepa_cli.data import transforms
+from jepa_cli.errors import InputError
+from jepa_cli.objectives import EMASpec, IJEPAConfig, IJEPAObjective, Objective, make_objective
+from jepa_cli.objectives.ijepa import _layer_norm_no_affine, masked_token_loss
+from jepa_cli.objectives.telemetry import repr_cov_offdiag, repr_std
+
+# 32x32 images, patch 4 -> an 8x8 grid (room for the official multiblock masks)
+TINY = dict(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=32,
+            pred_depth=2, pred_width=16, total_updates=100)
+
+
+def hand_masks(key, b):
+    """C=1 context of 10 slots (2 padded, junk index 63), M=2 target sets of 3 slots (1 padded)."""
+    ci = jnp.array([0, 1, 2, 3, 8, 9, 10, 11, 63, 63], jnp.int32)
+    cv = jnp.arange(10) < 8
+    ti = jnp.array([[36, 37, 0], [50, 51, 52]], jnp.int32)
+    tv = jnp.array([[True, True, False], [True, True, True]])
+    tile = lambda x: jnp.broadcast_to(x, (b, *x.shape))
+    return SimpleNamespace(context_index=tile(ci)[:, None], context_valid=tile(cv)[:, None],
+                           target_index=tile(ti), target_valid=tile(tv))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    obj = IJEPAObjective(IJEPAConfig(**TINY))
+    # hand-built masks: the real sampler is tested with jepa_cli.masks (and costs a compile)
+    obj.sample_masks = hand_masks
+    params = obj.init(jax.random.key(0))
+    images = jax.random.normal(jax.random.key(1), (4, 32, 32, 3))
+    return obj, params, images
+
+
+def test_is_an_objective_with_pure_dict_params(setup):
+    obj, params, _ = setup
+    assert isinstance(obj, Objective)
+    assert set(params) == {"encoder", "predictor"}
+    assert all(isinstance(k, str) for k in params["encoder"]["blocks"])
+    assert isinstance(params["predictor"]["mask_token"], jax.Array)
+    assert obj.ema_spec.source == "encoder" and isinstance(obj.ema_spec, EMASpec)
+
+
+def test_loss_finite_gradient_reaches_encoder_and_predictor_not_ema(setup):
+    obj, params, images = setup
+    fn = jax.jit(jax.value_and_grad(
+        lambda p, e: obj.loss(p, e, {"image": images}, jax.random.key(2), jnp.int32(3)),
+        argnums=(0, 1), has_aux=True))
+    (value, aux), (g, g_ema) = fn(params, params["encoder"])
+    assert np.isfinite(float(value)) and float(value) > 0
+    assert float(aux["loss"]) == float(value)
+    for part in ("encoder", "predictor"):
+        norms = [float(jnp.linalg.norm(x)) for x in jax.tree.leaves(g[part])]
+        assert all(n > 0 for n in norms), part
+    assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(g_ema))
+    assert float(aux["context_tokens"]) == 8.0 and float(aux["target_tokens"]) == 5.0
+    assert float(aux["repr_std"]) > 0 and np.isfinite(float(aux["repr_cov_offdiag"]))
+
+
+def test_loss_equals_its_definition_on_hand_masks(setup):
+    obj, params, images = setup
+    ema = jax.tree.map(lambda x: x * 1.1, params["encoder"])  # the target comes from the EMA
+    value, aux = jax.jit(lambda p, e: obj.loss(p, e, {"image": images}, jax.random.key(0), 0))(
+        params, ema)
+    m = hand_masks(None, 4)
+
+    @jax.jit
+    def reference(p, e):
+        enc, tgt, pred = obj.encoder(p["encoder"]), obj.encoder(e), obj.predictor(p["predictor"])
+        h = _layer_norm_no_affine(tgt(images))
+        ctx = enc(images, m.context_index[:, 0, :8])  # only the 8 valid context tokens, unpadded
+        return h, ctx, pred(ctx, m.context_index[:, 0, :8], None, m.target_index, None)
+
+    h, ctx, z = map(np.asarray, reference(params, ema))
+    d = np.abs(z - np.take_along_axis(h[:, None], np.asarray(m.target_index)[..., None], axis=2))
+    sl1 = np.where(d < 1, 0.5 * d * d, d - 0.5).mean(-1)  # [B, M, T]
+    expected = (sl1[:, 0, :2].sum() + sl1[:, 1].sum()) / (4 * 5)
+    np.testing.assert_allclose(float(value), expected, rtol=1e-5)
+    assert float(aux["context_tokens"]) == 8.0 and float(aux["target_tokens"]) == 5.0
+    pooled = np.asarray(ctx).mean(axis=1)
+    np.testing.assert_allclose(float(aux["repr_std"]), pooled.std(axis=0).mean(), rtol=1e-4)
+
+
+def test_smooth_l1_l2_l1_on_a_hand_built_case():
+    pred = jnp.array([[[0.0, 0.0], [0.0, 0.0], [5.0, 5.0]]])
+    target = jnp.array([[[0.5, -2.0], [1.0, 3.0], [0.0, 0.0]]])
+    valid = jnp.array([[True, True, False]])  # the third token is padding
+    # smooth-l1: token0 (0.125 + 1.5) / 2 = 0.8125, token1 (0.5 + 2.5) / 2 = 1.5
+    assert float(masked_token_loss(pred, target, valid, "smooth_l1")) == pytest.approx(1.15625)
+    assert float(masked_token_loss(pred, target, valid, "l2")) == pytest.approx((2.125 + 5.0) / 2)
+    assert float(masked_token_loss(pred, target, valid, "l1")) == pytest.approx((1.25 + 2.0) / 2)
+
+
+def test_ema_momentum_follows_the_linear_ramp():
+    mom = IJEPAObjective(IJEPAConfig(**{**TINY, "total_updates": 200})).ema_spec.momentum
+    for step, want in [(0, 0.996), (50, 0.997), (100, 0.998), (200, 1.0), (300, 1.0)]:
+        assert float(mom(step)) == pytest.approx(want, abs=1e-7)  # ema0 + i (ema1 - ema0) / T
+    assert float(jax.jit(mom)(jnp.int32(150))) == pytest.approx(0.999, abs=1e-7)
+    custom = IJEPAObjective(IJEPAConfig(**{**TINY, "ema": (0.99, 0.999), "total_updates": 10}))
+    assert float(custom.ema_spec.momentum(4)) == pytest.approx(0.99 + 4 * 0.009 / 10, abs=1e-7)
+
+
+def test_telemetry_constant_is_zero_and_hand_values():
+    const = jnp.ones((8, 5)) * 3.0
+    assert float(repr_std(const)) == 0.0 and float(repr_cov_offdiag(const)) == 0.0
+    z = jnp.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]])
+    assert float(repr_std(z)) == pytest.approx((np.sqrt(0.5) + np.sqrt(2.0)) / 2)
+    assert float(repr_cov_offdiag(z)) == pytest.approx(0.0, abs=1e-7)  # uncorrelated features
+    corr = jnp.array([[1.0, 1.0], [-1.0, -1.0]])  # C = [[2, 2], [2, 2]]
+    assert float(repr_cov_offdiag(corr)) == pytest.approx(2.0)
+
+
+def test_collapsed_encoder_gives_zero_repr_std(setup):
+    obj, params, images = setup
+    dead = {**params, "encoder": jax.tree.map(jnp.zeros_like, params["encoder"])}
+    _, aux = jax.jit(lambda p: obj.loss(p, p["encoder"], {"image": images}, jax.random.key(0), 0))(dead)
+    assert float(aux["repr_std"]) == 0.0 and float(aux["repr_cov_offdiag"]) == 0.0
+
+
+def test_weight_decay_mask_excludes_biases_and_1d_includes_mask_token(setup):
+    obj, params, _ = setup
+    mask = obj.weight_decay_mask(params)
+    assert mask["predictor"]["mask_token"] is True
+    assert mask["encoder"]["blocks"]["0"]["attn"]["qkv"]["kernel"] is True
+    assert mask["encoder"]["patch_embed"]["kernel"] is True
+    assert mask["encoder"]["patch_embed"]["bias"] is False
+    assert mask["encoder"]["blocks"]["1"]["norm1"]["scale"] is False
+    assert mask["predictor"]["proj"]["bias"] is False
+    flat = jax.tree_util.tree_leaves_with_path(params)
+    decayed = {jax.tree_util.keystr(p) for p, x in flat if x.ndim > 1}
+    got = {jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(mask) if v}
+    assert got == decayed
+    # works on abstract params too (the trainer builds the optimizer from eval_shape)
+    abstract = jax.eval_shape(obj.init, jax.ShapeDtypeStruct((2,), np.uint32))
+    assert obj.weight_decay_mask(abstract) == mask
+
+
+def test_encode_shapes(setup):
+    obj, params, images = setup
+    assert obj.encode(params["encoder"], images).shape == (4, 64, 32)
+    assert obj.encode(params["encoder"], images, last_layers=2).shape == (4, 64, 64)
+
+
+def test_make_objective_registry_and_unknown_keys():
+    obj = make_objective("ijepa", {**TINY, "loss": "l2", "npred": 2, "ema": [0.99, 1.0]})
+    assert obj.config.loss == "l2" and obj.config.ema == (0.99, 1.0)
+    assert obj.config.mask_config.npred == 2 and obj.config.mask_config.grid == (8, 8)
+    again = make_objective("ijepa", obj.to_config())
+    assert again.config == obj.config
+    with pytest.raises(InputError, match="'lossy'"):
+        make_objective("ijepa", {"lossy": "l2"})
+    with pytest.raises(InputError, match="unknown objective 'vjepa9'"):
+        make_objective("vjepa9", {})
+    with pytest.raises(InputError, match="unknown loss"):
+        make_objective("ijepa", {"loss": "huber"})
+
+
+# -- transforms ------------------------------------------------------------------------------------
+def test_train_transform_normalises_and_is_seeded():
+    t = IJEPAObjective(IJEPAConfig(**TINY)).train_transform(16)
+    flat = {"image": np.full((24, 20, 3), 128, np.uint8), "label": 7}
+    out = t(flat, np.random.default_rng(0))
+    assert out["image"].shape == (16, 16, 3) and out["image"].dtype == np.float32 and out["label"] == 7
+    want = (128 / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    np.testing.assert_allclose(out["image"][5, 7], want, rtol=1e-5)
+    ramp = {"image": np.tile(np.arange(0, 240, 10, dtype=np.uint8)[None, :, None], (24, 1, 3))}
+    a, b = t(ramp, np.random.default_rng(1)), t(ramp, np.random.default_rng(1))
+    np.testing.assert_array_equal(a["image"], b["image"])
+    assert np.abs(a["image"] - t(ramp, np.random.default_rng(2))["image"]).max() > 0.01
+
+
+def test_random_resized_crop_box_respects_scale_and_aspect():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        top, left, h, w = transforms.random_resized_crop_box(64, 64, rng, (0.3, 1.0), (3 / 4, 4 / 3))
+        assert 0 <= top and top + h <= 64 and 0 <= left and left + w <= 64
+        assert 0.3 * 4096 * 0.9 <= h * w <= 4096
+        assert 3 / 4 * 0.9 <= w / h <= 4 / 3 * 1.1
+
+
+def test_eval_transform_center_crops_grayscale():
+    t = transforms.resize_center_crop(8, mean=(0.5,), std=(0.5,), resize_ratio=1.0)
+    img = np.zeros((8, 12, 1), np.uint8)
+    img[:, 2:10] = 255  # the centre 8 columns are white, 2 black columns each side
+    out = t({"image": img})["image"]
+    assert out.shape == (8, 8, 1)
+    np.testing.assert_allclose(out, 1.0)
