@@ -39,6 +39,15 @@ def setup():
     return obj, params, images
 
 
+@pytest.fixture(scope="module")
+def grad_fn(setup):
+    """One compiled (loss, aux), (d/dparams, d/dema) shared by the tests below."""
+    obj, _, images = setup
+    return jax.jit(jax.value_and_grad(
+        lambda p, e: obj.loss(p, e, {"image": images}, jax.random.key(2), jnp.int32(3)),
+        argnums=(0, 1), has_aux=True))
+
+
 def test_is_an_objective_with_pure_dict_params(setup):
     obj, params, _ = setup
     assert isinstance(obj, Objective)
@@ -48,12 +57,9 @@ def test_is_an_objective_with_pure_dict_params(setup):
     assert obj.ema_spec.source == "encoder" and isinstance(obj.ema_spec, EMASpec)
 
 
-def test_loss_finite_gradient_reaches_encoder_and_predictor_not_ema(setup):
+def test_loss_finite_gradient_reaches_encoder_and_predictor_not_ema(setup, grad_fn):
     obj, params, images = setup
-    fn = jax.jit(jax.value_and_grad(
-        lambda p, e: obj.loss(p, e, {"image": images}, jax.random.key(2), jnp.int32(3)),
-        argnums=(0, 1), has_aux=True))
-    (value, aux), (g, g_ema) = fn(params, params["encoder"])
+    (value, aux), (g, g_ema) = grad_fn(params, params["encoder"])
     assert np.isfinite(float(value)) and float(value) > 0
     assert float(aux["loss"]) == float(value)
     for part in ("encoder", "predictor"):
@@ -64,11 +70,10 @@ def test_loss_finite_gradient_reaches_encoder_and_predictor_not_ema(setup):
     assert float(aux["repr_std"]) > 0 and np.isfinite(float(aux["repr_cov_offdiag"]))
 
 
-def test_loss_equals_its_definition_on_hand_masks(setup):
+def test_loss_equals_its_definition_on_hand_masks(setup, grad_fn):
     obj, params, images = setup
     ema = jax.tree.map(lambda x: x * 1.1, params["encoder"])  # the target comes from the EMA
-    value, aux = jax.jit(lambda p, e: obj.loss(p, e, {"image": images}, jax.random.key(0), 0))(
-        params, ema)
+    (value, aux), _ = grad_fn(params, ema)
     m = hand_masks(None, 4)
 
     @jax.jit
@@ -117,10 +122,10 @@ def test_telemetry_constant_is_zero_and_hand_values():
     assert float(repr_cov_offdiag(corr)) == pytest.approx(2.0)
 
 
-def test_collapsed_encoder_gives_zero_repr_std(setup):
+def test_collapsed_encoder_gives_zero_repr_std(setup, grad_fn):
     obj, params, images = setup
     dead = {**params, "encoder": jax.tree.map(jnp.zeros_like, params["encoder"])}
-    _, aux = jax.jit(lambda p: obj.loss(p, p["encoder"], {"image": images}, jax.random.key(0), 0))(dead)
+    (_, aux), _ = grad_fn(dead, dead["encoder"])
     assert float(aux["repr_std"]) == 0.0 and float(aux["repr_cov_offdiag"]) == 0.0
 
 
@@ -144,8 +149,8 @@ def test_weight_decay_mask_excludes_biases_and_1d_includes_mask_token(setup):
 
 def test_encode_shapes(setup):
     obj, params, images = setup
-    assert obj.encode(params["encoder"], images).shape == (4, 64, 32)
-    assert obj.encode(params["encoder"], images, last_layers=2).shape == (4, 64, 64)
+    out = jax.jit(obj.encode, static_argnames="last_layers")(params["encoder"], images, last_layers=2)
+    assert out.shape == (4, 64, 64) and out.dtype == jnp.float32
 
 
 def test_make_objective_registry_and_unknown_keys():

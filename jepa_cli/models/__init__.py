@@ -7,6 +7,7 @@ Modules never cross the Objective seam: ``to_pure`` turns a module into a nested
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import jax
@@ -47,6 +48,9 @@ def to_pure(module: nnx.Module) -> dict:
 INIT_RULES: dict[str, str] = {"kernel": "normal", "mask_token": "normal", "bias": "zeros", "scale": "ones"}
 
 
+FLAT_INIT_LIMIT = 1 << 24  # parameters drawn in one flat vector below this size
+
+
 def _grouped_init(key, shapes: dict, std: float = 0.02) -> dict:
     """Parameters for ``shapes`` following INIT_RULES, with one random draw per distinct shape
     (stacked over the leaves of that shape) instead of one per leaf: the same distribution as the
@@ -62,6 +66,16 @@ def _grouped_init(key, shapes: dict, std: float = 0.02) -> dict:
         else:
             fill = jnp.zeros if rule == "zeros" else jnp.ones
             out[i] = fill(leaf.shape, leaf.dtype)
+    total = sum(len(v) * math.prod(k) for k, v in groups.items())
+    if total <= FLAT_INIT_LIMIT:  # small models: one draw for everything (one RNG graph to compile)
+        draw = trunc_normal(std)(key, (total,))
+        offset = 0
+        for shape in sorted(groups):
+            for i in groups[shape]:
+                n = math.prod(shape)
+                out[i] = draw[offset:offset + n].reshape(shape).astype(flat[i][1].dtype)
+                offset += n
+        return jax.tree_util.tree_unflatten(treedef, out)
     for g, shape in enumerate(sorted(groups)):
         idx = groups[shape]
         draw = trunc_normal(std)(jax.random.fold_in(key, g), (len(idx), *shape))
