@@ -20,8 +20,9 @@ from jepa_cli.errors import InputError
 # How many failed context draws the official I-JEPA sampler allows before it drops one more target
 # complement from the context's constraint (facebookresearch/ijepa src/masks/multiblock.py: timeout 20).
 CONTEXT_RETRY_TIMEOUT = 20
-# Upper bound on V-JEPA's "empty context, resample" loop (the official loop is unbounded).
-MAX_EMPTY_CONTEXT_RETRIES = 256
+# Draws V-JEPA's "empty context, resample" loop may take (the official loop is unbounded); after as
+# many empty draws the last one is kept (a context with no valid slot). Default configs never get there.
+MAX_EMPTY_CONTEXT_RETRIES = 8
 
 
 @jax.tree_util.register_dataclass
@@ -282,12 +283,11 @@ def context_slots(config: MaskConfig) -> int:
     upper = max_context_count(config)
     if config.official_truncation or isinstance(config, RandomConfig):
         return upper
-    from jepa_cli.masks.sampler import sample
+    from jepa_cli.masks.sampler import sample_many
 
     probe = dataclasses.replace(config, context_size=upper, official_truncation=True)
     with jax.ensure_compile_time_eval():
-        keys = jax.random.split(jax.random.PRNGKey(0), DERIVE_BATCHES)
-        valid = jax.vmap(lambda k: sample(k, probe, DERIVE_BATCH_SIZE).context_valid)(keys)
+        valid = sample_many(jax.random.PRNGKey(0), probe, DERIVE_BATCH_SIZE, DERIVE_BATCHES).context_valid
     # official cut per batch and context (pair); K must serve the largest pair
     mins = np.asarray(valid).sum(-1).min(axis=1).max(axis=-1)
     return max(1, int(np.percentile(mins, DERIVE_QUANTILE, method="higher")))

@@ -12,36 +12,35 @@ import jax.numpy as jnp
 _INVALID = 2**31 - 1
 
 
-def dense_to_index(key: jax.Array | None, dense: jax.Array, slots: int, official_truncation: bool,
+def dense_to_index(bits: jax.Array | None, dense: jax.Array, slots: int, official_truncation: bool,
                    cut_axes: tuple[int, ...] = (0,)) -> tuple[jax.Array, jax.Array]:
     """dense bool [B, S, N] -> (index int32 [B, S, slots], valid bool [B, S, slots]).
 
     Valid slots come first, in ascending index order; padded slots hold 0.
     - official_truncation: every set is cut to the minimum count over `cut_axes` (the official
       collator's batch minimum), keeping the lowest indices.
-    - otherwise, with `key`: a set larger than `slots` keeps a uniformly random subset of `slots`
+    - otherwise, with `bits` (uint32, the shape of `dense`): a set larger than `slots` keeps a uniformly random subset of `slots`
       members (never biased to low indices); a smaller one is padded.
-    - otherwise, without `key`: the lowest `slots` members (targets, where `slots` holds every set).
+    - otherwise, without `bits`: the lowest `slots` members (targets, where `slots` holds every set).
     """
     if official_truncation:
         index, valid = compact(dense, slots)
         cut = jnp.min(dense.sum(-1), axis=cut_axes, keepdims=True)
         valid = valid & (jnp.arange(slots) < cut[..., None])
         return jnp.where(valid, index, 0), valid
-    if key is not None:
-        dense = random_subset(key, dense, slots)
+    if bits is not None:
+        dense = random_subset(bits, dense, slots)
     return compact(dense, slots)
 
 
-def random_subset(key: jax.Array, dense: jax.Array, size: int) -> jax.Array:
+def random_subset(bits: jax.Array, dense: jax.Array, size: int) -> jax.Array:
     """A uniformly random subset of `size` members of each set (the whole set where it is smaller).
 
     Every member gets an iid random 31-bit key; the members whose key is below the `size`-th smallest
     key (found by bisection, 31 passes of compare-and-count) are kept. Equal keys (probability about
     N^2 / 2^32 per set) can keep a few more, which `compact` then trims.
     """
-    bits = (jax.random.bits(key, dense.shape, jnp.uint32) >> 1).astype(jnp.int32)
-    keys = jnp.where(dense, bits, _INVALID)
+    keys = jnp.where(dense, (bits >> 1).astype(jnp.int32), _INVALID)
     count = dense.sum(-1, dtype=jnp.int32)
     need = jnp.minimum(count, size)[..., None]
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from jepa_cli.masks.config import CONTEXT_RETRY_TIMEOUT, MaskSet, MultiBlockConfig, context_slots, target_slots
 from jepa_cli.masks.indexing import dense_to_index
+from jepa_cli.masks.rng import draw_bits, uniform
 
 
 def block_size(u: jax.Array, grid: tuple[int, int], scale: tuple[float, float],
@@ -27,15 +28,11 @@ def block_size(u: jax.Array, grid: tuple[int, int], scale: tuple[float, float],
     return jnp.minimum(h, H - 1), jnp.minimum(w, W - 1)
 
 
-def block_corner(key: jax.Array, grid: tuple[int, int], h: jax.Array, w: jax.Array,
-                 official_positions: bool) -> tuple[jax.Array, jax.Array]:
-    """Top-left corner: uniform over every position (ours) or randint(0, H - h) (official quirk)."""
-    H, W = grid
-    extra = 0 if official_positions else 1
-    kt, kl = jax.random.split(key)
-    top = jax.random.randint(kt, (), 0, jnp.maximum(H - h + extra, 1))
-    left = jax.random.randint(kl, (), 0, jnp.maximum(W - w + extra, 1))
-    return top, left
+def corner(u: jax.Array, size: int, block: jax.Array, official_positions: bool) -> jax.Array:
+    """A block's first row (or column) from a uniform u in [0, 1): uniform over every position that
+    keeps the block inside the grid (ours), or over randint(0, size - block) (the official quirk)."""
+    count = jnp.maximum(size - block + (0 if official_positions else 1), 1)
+    return jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
 
 
 def rectangle(grid: tuple[int, int], top, left, h, w) -> jax.Array:
@@ -57,40 +54,47 @@ def rectangle_index(grid: tuple[int, int], top, left, h, w, slots: int) -> tuple
     return jnp.where(valid, index, 0).astype(jnp.int32), valid
 
 
-def _one_sample(key, config: MultiBlockConfig, p_size, e_size):
-    """Targets (corners) and the dense context of one sample."""
+def _context(u_attempts, targets, config: MultiBlockConfig, e_size):
+    """The dense context of one sample: the context block minus the targets, redrawn (from the
+    pre-drawn attempts [A, 2]) while it keeps <= min_keep patches; every 20 failures one more target
+    complement is dropped from the constraint, so attempt 20 * npred + 1 always succeeds."""
     grid, npred = config.grid, config.npred
-    k_targets, k_context = jax.random.split(key)
-    tops, lefts = jax.vmap(lambda k: block_corner(k, grid, *p_size, config.official_positions))(
-        jax.random.split(k_targets, npred))
-    targets = jax.vmap(lambda t, l: rectangle(grid, t, l, *p_size))(tops, lefts)  # [M, N]
 
     def attempt(state):
-        key, n, _, _ = state
-        key, sub = jax.random.split(key)
-        top, left = block_corner(sub, grid, *e_size, config.official_positions)
+        n, _, _ = state
+        u = u_attempts[jnp.minimum(n, u_attempts.shape[0] - 1)]
+        top = corner(u[0], grid[0], e_size[0], config.official_positions)
+        left = corner(u[1], grid[1], e_size[1], config.official_positions)
         block = rectangle(grid, top, left, *e_size)
         if not config.allow_overlap:
             constrained = jnp.arange(npred) < npred - n // CONTEXT_RETRY_TIMEOUT
             block = block & ~jnp.any(targets & constrained[:, None], axis=0)
-        return key, n + 1, block, block.sum() > config.min_keep
+        return n + 1, block, block.sum() > config.min_keep
 
-    init = (k_context, jnp.int32(0), jnp.zeros(grid[0] * grid[1], bool), jnp.bool_(False))
-    _, _, context, _ = jax.lax.while_loop(lambda s: ~s[3], attempt, init)
-    return tops, lefts, context
+    init = (jnp.int32(0), jnp.zeros(grid[0] * grid[1], bool), jnp.bool_(False))
+    return jax.lax.while_loop(lambda s: ~s[2], attempt, init)[1]
 
 
 def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int) -> MaskSet:
-    k_size, k_samples, k_select = jax.random.split(key, 3)
-    u_pred, u_enc = jax.random.uniform(k_size, (2,))
-    p_size = block_size(u_pred, config.grid, config.pred_scale, config.aspect)
-    e_size = block_size(u_enc, config.grid, config.enc_scale, config.enc_aspect)
-    tops, lefts, context = jax.vmap(lambda k: _one_sample(k, config, p_size, e_size))(
-        jax.random.split(k_samples, batch_size))
+    """Random numbers are drawn in bulk (a few call sites): fast to compile and to run."""
+    grid, npred = config.grid, config.npred
+    attempts = CONTEXT_RETRY_TIMEOUT * npred + 1
+    n = grid[0] * grid[1]
+    bits = draw_bits(key, size=(2,), pos=(batch_size, npred, 2), ctx=(batch_size, attempts, 2),
+                     select=(batch_size, 1, n))
+    u_pred, u_enc = uniform(bits["size"])
+    p_size = block_size(u_pred, grid, config.pred_scale, config.aspect)
+    e_size = block_size(u_enc, grid, config.enc_scale, config.enc_aspect)
+    u_pos = uniform(bits["pos"])
+    tops = corner(u_pos[..., 0], grid[0], p_size[0], config.official_positions)
+    lefts = corner(u_pos[..., 1], grid[1], p_size[1], config.official_positions)
+    rect = lambda t, l: rectangle(grid, t, l, *p_size)  # noqa: E731
+    targets = jax.vmap(jax.vmap(rect))(tops, lefts)  # [B, M, N]
+    u_ctx = uniform(bits["ctx"])
+    context = jax.vmap(lambda u, t: _context(u, t, config, e_size))(u_ctx, targets)
     slots_t = target_slots(config)
-    t_index, t_valid = jax.vmap(jax.vmap(lambda t, l: rectangle_index(config.grid, t, l, *p_size, slots_t)))(
-        tops, lefts)
+    t_index, t_valid = jax.vmap(jax.vmap(lambda t, l: rectangle_index(grid, t, l, *p_size, slots_t)))(tops, lefts)
     # every target block of a batch has the same size h*w, so the official cut leaves targets whole
-    c_index, c_valid = dense_to_index(k_select, context[:, None, :], context_slots(config),
+    c_index, c_valid = dense_to_index(bits["select"], context[:, None, :], context_slots(config),
                                       config.official_truncation)
     return MaskSet(c_index, c_valid, t_index, t_valid)

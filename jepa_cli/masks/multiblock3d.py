@@ -14,12 +14,13 @@ import jax.numpy as jnp
 from jepa_cli.masks.config import (MAX_EMPTY_CONTEXT_RETRIES, MaskSet, MultiBlock3DConfig, context_frames,
                                    context_slots, target_slots)
 from jepa_cli.masks.indexing import dense_to_index
+from jepa_cli.masks.rng import draw_bits, uniform
 
 
-def block_size_3d(key: jax.Array, config: MultiBlock3DConfig, pair: int):
+def block_size_3d(u: jax.Array, config: MultiBlock3DConfig, pair: int):
     """(t, h, w) int32 for one pair: temporal scale, spatial scale and aspect are independent draws."""
     H, W = config.grid
-    ut, us, ua = jax.random.uniform(key, (3,))
+    ut, us, ua = u
     t_lo, t_hi = config.temporal_scale[pair]
     t = jnp.maximum(1, jnp.floor(config.frames * (t_lo + ut * (t_hi - t_lo)))).astype(jnp.int32)
     s_lo, s_hi = config.pred_scale[pair]
@@ -30,52 +31,55 @@ def block_size_3d(key: jax.Array, config: MultiBlock3DConfig, pair: int):
     return t, h, w
 
 
-def _block(key, config: MultiBlock3DConfig, t, h, w):
-    """Dense bool [D*H*W] of one block at a uniform position (randint(0, H - h + 1))."""
+def _union(u, config: MultiBlock3DConfig, t, h, w, outside):
+    """Dense bool [D*H*W]: the union of blocks placed by uniforms u [npred, 3] (randint(0, H - h + 1)),
+    plus the frames the context may not span."""
     D, (H, W) = config.frames, config.grid
-    kt, kh, kw = jax.random.split(key, 3)
-    start = jax.random.randint(kt, (), 0, D - t + 1)
-    top = jax.random.randint(kh, (), 0, H - h + 1)
-    left = jax.random.randint(kw, (), 0, W - w + 1)
-    f = jnp.arange(D)[:, None, None]
-    r = jnp.arange(H)[None, :, None]
-    c = jnp.arange(W)[None, None, :]
-    inside = ((f >= start) & (f < start + t) & (r >= top) & (r < top + h) & (c >= left) & (c < left + w))
-    return inside.reshape(-1)
+
+    def first(v, size, length):
+        count = size - length + 1
+        return jnp.minimum(jnp.floor(v * count).astype(jnp.int32), count - 1)
+
+    start, top, left = first(u[:, 0], D, t), first(u[:, 1], H, h), first(u[:, 2], W, w)
+    f = jnp.arange(D)[None, :]
+    r = jnp.arange(H)[None, :]
+    c = jnp.arange(W)[None, :]
+    in_f = (f >= start[:, None]) & (f < start[:, None] + t)  # [npred, D]
+    in_r = (r >= top[:, None]) & (r < top[:, None] + h)
+    in_c = (c >= left[:, None]) & (c < left[:, None] + w)
+    blocks = in_f[:, :, None, None] & in_r[:, None, :, None] & in_c[:, None, None, :]
+    return jnp.any(blocks, axis=0).reshape(-1) | outside
 
 
-def _one_pair(key, config: MultiBlock3DConfig, pair: int, size):
-    """Dense (target, context) [N] of one sample for one pair."""
+def _one_pair(u_attempts, config: MultiBlock3DConfig, pair: int, size):
+    """Dense target [N] of one sample for one pair; the context is its complement. A draw that leaves
+    the context empty is redrawn from the next pre-drawn attempt (up to MAX_EMPTY_CONTEXT_RETRIES)."""
     D, (H, W) = config.frames, config.grid
-    npred = config.npred[pair]
     outside = jnp.repeat(jnp.arange(D) >= context_frames(config, pair), H * W)
 
     def attempt(state):
-        key, n, _ = state
-        key, sub = jax.random.split(key)
-        blocks = jax.vmap(lambda k: _block(k, config, *size))(jax.random.split(sub, npred))
-        return key, n + 1, jnp.any(blocks, axis=0) | outside
+        n, _ = state
+        return n + 1, _union(u_attempts[n], config, *size, outside)
 
     def empty(state):
-        return jnp.all(state[2]) & (state[1] < MAX_EMPTY_CONTEXT_RETRIES)
+        return jnp.all(state[1]) & (state[0] < u_attempts.shape[0])
 
-    init = (key, jnp.int32(0), jnp.ones(D * H * W, bool))
-    _, _, target = jax.lax.while_loop(empty, attempt, init)
-    return target, ~target
+    init = (jnp.int32(0), jnp.ones(D * H * W, bool))
+    return jax.lax.while_loop(empty, attempt, init)[1]
 
 
 def sample_multiblock3d(key: jax.Array, config: MultiBlock3DConfig, batch_size: int) -> MaskSet:
-    k_size, k_samples, k_select = jax.random.split(key, 3)
-    size_keys = jax.random.split(k_size, config.pairs)
-    sample_keys = jax.random.split(k_samples, config.pairs)
-    targets, contexts = [], []
-    for p in range(config.pairs):
-        size = block_size_3d(size_keys[p], config, p)
-        t, c = jax.vmap(lambda k: _one_pair(k, config, p, size))(jax.random.split(sample_keys[p], batch_size))
-        targets.append(t)
-        contexts.append(c)
+    P, R = config.pairs, MAX_EMPTY_CONTEXT_RETRIES
+    shapes = {f"pos{p}": (batch_size, R, config.npred[p], 3) for p in range(P)}
+    bits = draw_bits(key, size=(P, 3), select=(batch_size, P, config.num_patches), **shapes)
+    u_size = uniform(bits["size"])
+    targets = []
+    for p in range(P):
+        size = block_size_3d(u_size[p], config, p)
+        u = uniform(bits[f"pos{p}"])
+        targets.append(jax.vmap(lambda ua: _one_pair(ua, config, p, size))(u))
     targets = jnp.stack(targets, axis=1)  # [B, P, N]
-    contexts = jnp.stack(contexts, axis=1)
-    c_index, c_valid = dense_to_index(k_select, contexts, context_slots(config), config.official_truncation)
+    contexts = ~targets
+    c_index, c_valid = dense_to_index(bits["select"], contexts, context_slots(config), config.official_truncation)
     t_index, t_valid = dense_to_index(None, targets, target_slots(config), config.official_truncation)
     return MaskSet(c_index, c_valid, t_index, t_valid)

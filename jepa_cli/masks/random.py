@@ -11,17 +11,18 @@ import jax.numpy as jnp
 
 from jepa_cli.masks.config import MaskSet, RandomConfig, context_slots, target_slots
 from jepa_cli.masks.indexing import dense_to_index
+from jepa_cli.masks.rng import draw_bits, uniform
 
 
 def sample_random(key: jax.Array, config: RandomConfig, batch_size: int) -> MaskSet:
     n = config.num_patches
-    k_ratio, k_perm, k_select = jax.random.split(key, 3)
+    bits = draw_bits(key, ratio=(1,), perm=(batch_size, n), select=(batch_size, 1, n))
     lo, hi = config.ratio
-    ratio = lo + jax.random.uniform(k_ratio) * (hi - lo)
+    ratio = lo + uniform(bits["ratio"])[0] * (hi - lo)
     keep = jnp.floor(n * (1 - ratio)).astype(jnp.int32)
-    # rank of every patch in a uniform permutation: argsort of iid uniforms
-    rank = jnp.argsort(jnp.argsort(jax.random.uniform(k_perm, (batch_size, n)), axis=-1), axis=-1)
+    # rank of every patch in a uniform permutation: argsort of iid words (ties broken by index)
+    rank = jnp.argsort(jnp.argsort(bits["perm"], axis=-1), axis=-1)
     context = (rank < keep)[:, None, :]
-    c_index, c_valid = dense_to_index(k_select, context, context_slots(config), config.official_truncation)
+    c_index, c_valid = dense_to_index(bits["select"], context, context_slots(config), config.official_truncation)
     t_index, t_valid = dense_to_index(None, ~context, target_slots(config), config.official_truncation)
     return MaskSet(c_index, c_valid, t_index, t_valid)

@@ -25,3 +25,9 @@ def sample(key: jax.Array, config: MaskConfig, batch_size: int) -> MaskSet:
 
         return sample_random(key, config, batch_size)
     raise TypeError(f"not a mask config: {type(config).__name__}")
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def sample_many(key: jax.Array, config: MaskConfig, batch_size: int, batches: int) -> MaskSet:
+    """`batches` independent batches (each with its own block sizes), stacked: every field [G, B, ...]."""
+    return jax.vmap(lambda k: sample(k, config, batch_size))(jax.random.split(key, batches))
