@@ -50,7 +50,9 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
             output, force, show, png_path, data, samples, stats, as_json, verbose, quiet) -> None:
     """Sample JEPA context/target masks; write, show, picture or summarize them.
 
-    Example: jepa mask --strategy multiblock --grid 14x14 --batch 64 --seed 0 -o masks.zarr --show --stats
+    \b
+    Example:
+      jepa mask --strategy multiblock --grid 14x14 --batch 64 --seed 0 -o masks.zarr --show --stats
     """
     from jepa_cli.data import store
     from jepa_cli.errors import InputError

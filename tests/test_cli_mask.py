@@ -1,0 +1,108 @@
+"""`jepa mask`: the mask file, --show, --png (also over a dataset), --stats/--json, `jepa info`, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import assert_user_error
+from jepa_cli.data import store
+from jepa_cli.masks.io import read_masks
+
+# one configuration per strategy, reused so that each compiles once
+MB = ["--grid", "8x8", "--min-keep", "4", "--context-size", "40", "--batch", "6", "--seed", "1"]
+MB3D = ["--strategy", "multiblock3d", "--grid", "6x6", "--frames", "2", "--context-size", "72", "--batch", "3"]
+RND = ["--strategy", "random", "--grid", "4x4", "--batch", "5"]
+
+
+@pytest.mark.parametrize("args, context_shape, targets_shape, frames", [
+    (MB, (6, 64), (6, 4, 64), None),
+    (MB3D, (3, 2, 72), (3, 2, 72), 2),
+    (RND, (5, 16), (5, 1, 16), None),
+])
+def test_writes_the_mask_file(run_cli, tmp_path, args, context_shape, targets_shape, frames):
+    out = tmp_path / "m.zarr"
+    result = run_cli("mask", *args, "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    attrs, context, targets = read_masks(out)
+    assert context.shape == context_shape and targets.shape == targets_shape
+    assert context.dtype == bool and targets.dtype == bool
+    assert attrs["jepa_kind"] == "masks" and attrs["strategy"] == summary["strategy"]
+    assert attrs["frames"] == frames and attrs["seed"] == int(summary["seed"]) and attrs["jepa_version"]
+    assert attrs["grid"] == summary["grid"] and attrs["parameters"] == summary["parameters"]
+    assert "official_truncation" in attrs["parameters"] and "context_size" in attrs["parameters"]
+    # the file holds exactly what was sampled: the counts agree with the summary
+    ctx = context.reshape(-1, context.shape[-1]).sum(-1)
+    assert ctx.mean() == pytest.approx(summary["context_tokens"]["mean"])
+    info = run_cli("info", out, "--json")
+    assert info.exit_code == 0, info.stderr
+    described = json.loads(info.stdout)
+    assert described["kind"] == "masks" and described["context"]["shape"] == list(context_shape)
+
+
+def test_show_stats_and_json(run_cli):
+    result = run_cli("mask", *MB, "--show", "--stats", "--samples", "2")
+    assert result.exit_code == 0, result.stderr
+    assert "legend" in result.stdout and "target 4" in result.stdout and "sample 1" in result.stdout
+    assert "context coverage" in result.stdout and "official batch-minimum cut" in result.stdout
+    result = run_cli("mask", *MB, "--stats", "--json")
+    stats = json.loads(result.stdout)["stats"]
+    assert np.asarray(stats["context_coverage"]).shape == (8, 8)
+    assert len(stats["target_tokens_per_row"]) == 4 and stats["context_tokens"]["max"] <= 40
+    shown = run_cli("mask", *MB3D, "--show", "--json")  # with --json the drawing goes to stderr
+    assert json.loads(shown.stdout)["frames"] == 2 and "pair 2" in shown.stderr
+
+
+def test_png_plain_and_over_a_dataset(run_cli, tmp_path):
+    from PIL import Image
+
+    plain = tmp_path / "plain.png"
+    assert run_cli("mask", *MB, "--png", plain, "--samples", "3").exit_code == 0
+    data = tmp_path / "ds.zarr"
+    store.write_group(data, store.base_attributes("dataset", modality="image", layout="NHWC"))
+    store.write_array(data / "inputs", np.random.default_rng(0).integers(0, 255, (3, 32, 32, 3), dtype=np.uint8))
+    over = tmp_path / "over.png"
+    result = run_cli("mask", *MB, "--png", over, "--data", data, "--samples", "2")
+    assert result.exit_code == 0, result.stderr
+    assert Image.open(plain).size[0] > Image.open(over).size[0] > 0
+    video = tmp_path / "video.png"
+    assert run_cli("mask", *MB3D, "--png", video).exit_code == 0 and Image.open(video).size[1] > 0
+
+
+def test_force(run_cli, tmp_path):
+    out = tmp_path / "m.zarr"
+    assert run_cli("mask", *RND, "-o", out).exit_code == 0
+    assert_user_error(run_cli("mask", *RND, "-o", out), "already exists")
+    assert run_cli("mask", *RND, "--seed", "3", "-o", out, "--force").exit_code == 0
+    assert read_masks(out)[0]["seed"] == 3
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--grid", "2x2", "--npred", "4", "--min-keep", "10"], "cannot hold"),
+    (["--pred-scale", "0,0.2"], "(0, 1]"),
+    (["--enc-scale", "0.9,1.5"], "(0, 1]"),
+    (["--aspect", "1.5,0.75"], "inverted"),
+    (["--strategy", "random", "--ratio", "0.6,0.4"], "inverted"),
+    (["--frames", "8"], "--frames"),
+    (["--strategy", "random", "--frames", "4"], "--frames"),
+    (["--strategy", "random", "--npred", "2"], "--npred"),
+    (["--grid", "ax3"], "--grid"),
+    (["--data", "nowhere.zarr"], "--data"),
+])
+def test_bad_input_writes_nothing(run_cli, tmp_path, args, fragment):
+    out = tmp_path / "m.zarr"
+    result = run_cli("mask", *args, "-o", out, "--png", tmp_path / "m.png") if "--data" not in args else \
+        run_cli("mask", *args, "-o", out)
+    assert_user_error(result, fragment)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_has_summary_and_example(run_cli):
+    result = run_cli("mask", "--help")
+    assert result.exit_code == 0
+    assert "Sample JEPA context/target masks" in result.stdout and "Example:" in result.stdout
+    assert "jepa mask --strategy multiblock" in result.stdout
+    assert "mask" in run_cli("--help").stdout
