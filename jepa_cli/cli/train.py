@@ -48,11 +48,11 @@ def _pair(value: str | None, option: str):
 @click.option("--aspect", default=None, help="Target block aspect LO,HI (official 0.75,1.5).")
 @click.option("--enc-scale", default=None, help="Context block scale LO,HI (official 0.85,1.0).")
 @click.option("--min-keep", type=int, default=None, help="Minimum context tokens (official 10).")
-@click.option("--allow-overlap/--no-allow-overlap", default=None, help="Let context and targets overlap.")
+@click.option("--allow-overlap", is_flag=True, default=None, help="Let the context overlap the targets.")
 @click.option("--context-size", type=int, default=None, help="Context slots K (default: derived).")
-@click.option("--official-positions/--no-official-positions", default=None,
+@click.option("--official-positions", is_flag=True, default=None,
               help="Block positions as the official code (last row/column never reached).")
-@click.option("--official-truncation/--no-official-truncation", default=None,
+@click.option("--official-truncation", is_flag=True, default=None,
               help="Cut masks to the batch minimum as the official collator.")
 # multi-process
 @click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
