@@ -79,6 +79,10 @@ def test_data4_fsdp2_trains_and_resumes_exactly(dataset, tmp_path):
 
     part = train(_cfg(dataset, tmp_path / "part", save_every=4), callbacks=Callbacks(after_step=interrupt))
     assert part["interrupted"] == "SIGINT" and part["step"] == 5 and part["checkpoints"] == [4, 5]
+    # a half-written checkpoint (orbax's temporary directory, as a crash mid-save leaves it) is ignored
+    partial = tmp_path / "part" / "checkpoints" / "7.orbax-checkpoint-tmp-1700000000000000"
+    (partial / "state").mkdir(parents=True)
+    (partial / "state" / "junk").write_bytes(b"\0" * 10)
     rest = train(_cfg(dataset, tmp_path / "part", save_every=4), resume=True)
     assert rest["step"] == 8
     assert _sha(tmp_path / "part") == _sha(tmp_path / "full")
