@@ -26,7 +26,9 @@ class EMASpec:
 
 @runtime_checkable
 class Objective(Protocol):
-    name: str
+    """The contract of docs/architecture.md. Optional extras the trainer looks for with getattr:
+    ``to_config() -> dict`` (JSON-able, round-trips through make_objective) and
+    ``with_total_updates(n) -> Objective`` (the same objective told the run length)."""
 
     def init(self, key: jax.Array) -> Params: ...
 
@@ -44,5 +46,3 @@ class Objective(Protocol):
     def encode(self, encoder_params: Params, images: jax.Array, last_layers: int = 1) -> jax.Array: ...
 
     def weight_decay_mask(self, params: Params) -> Any: ...
-
-    def to_config(self) -> dict: ...
