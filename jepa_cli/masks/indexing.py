@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 
 _INVALID = 2**31 - 1
+_KEY_BITS = 24
+_KEY_END = 2**_KEY_BITS  # every key is below this; invalid members sit above it
 
 
 def dense_to_index(bits: jax.Array | None, dense: jax.Array, slots: int, official_truncation: bool,
@@ -36,11 +38,11 @@ def dense_to_index(bits: jax.Array | None, dense: jax.Array, slots: int, officia
 def random_subset(bits: jax.Array, dense: jax.Array, size: int) -> jax.Array:
     """A uniformly random subset of `size` members of each set (the whole set where it is smaller).
 
-    Every member gets an iid random 31-bit key; the members whose key is below the `size`-th smallest
-    key (found by bisection, 31 passes of compare-and-count) are kept. Equal keys (probability about
-    N^2 / 2^32 per set) can keep a few more, which `compact` then trims.
+    Every member gets an iid random 24-bit key; the members whose key is below the `size`-th smallest
+    key (found by bisection, 24 passes of compare-and-count) are kept. A tie at that key (probability
+    about N / 2^24 per set) keeps one more member, which `compact` then trims.
     """
-    keys = jnp.where(dense, (bits >> 1).astype(jnp.int32), _INVALID)
+    keys = jnp.where(dense, (bits >> 8).astype(jnp.int32), _INVALID)
     count = dense.sum(-1, dtype=jnp.int32)
     need = jnp.minimum(count, size)[..., None]
 
@@ -51,8 +53,8 @@ def random_subset(bits: jax.Array, dense: jax.Array, size: int) -> jax.Array:
         return jnp.where(enough, lo, mid), jnp.where(enough, mid, hi)
 
     lo = jnp.zeros(need.shape, jnp.int32)
-    hi = jnp.full(need.shape, _INVALID, jnp.int32)
-    _, threshold = jax.lax.fori_loop(0, 31, bisect, (lo, hi))
+    hi = jnp.full(need.shape, _KEY_END, jnp.int32)
+    _, threshold = jax.lax.fori_loop(0, _KEY_BITS, bisect, (lo, hi))
     return jnp.where(count[..., None] > size, keys < threshold, dense)
 
 

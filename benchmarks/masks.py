@@ -1,0 +1,81 @@
+"""Masks per second: our jitted samplers vs the per-sample NumPy restatement of the official collators.
+
+    .venv/bin/python benchmarks/masks.py [--batch 128] [--repeats 50]
+
+Cases (issue 3): I-JEPA multi-block on a 14x14 grid and V-JEPA 3D multi-block on 8x14x14, batch 128.
+"Ours" is `jepa_cli.masks.sample` (jitted, on the default JAX backend, static shapes, the derived
+context size K); "ours, official cut" also reproduces the official batch-minimum truncation. The
+reference is tests/official_masks.py: the official algorithms, one sample at a time, in NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+import jax  # noqa: E402
+
+from jepa_cli import masks  # noqa: E402
+from official_masks import ijepa_collate, vjepa_collate  # noqa: E402
+
+
+def time_ours(config, batch: int, repeats: int) -> float:
+    """Median seconds per batch (compiled once, warm, a fresh key per call)."""
+    keys = jax.random.split(jax.random.PRNGKey(0), repeats + 1)
+    jax.block_until_ready(masks.sample(keys[0], config, batch))
+    times = []
+    for key in keys[1:]:
+        start = time.perf_counter()
+        jax.block_until_ready(masks.sample(key, config, batch))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def time_reference(fn, repeats: int) -> float:
+    rng = np.random.default_rng(0)
+    fn(rng)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(rng)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args()
+    B, n = args.batch, args.repeats
+
+    mb = masks.MultiBlockConfig(grid=(14, 14))
+    mb3 = masks.MultiBlock3DConfig(grid=(14, 14), frames=8)
+    cases = [
+        ("multiblock 14x14", mb, lambda rng: ijepa_collate(rng, B, grid=(14, 14))),
+        ("multiblock3d 8x14x14", mb3, lambda rng: vjepa_collate(rng, B, frames=8, grid=(14, 14))),
+    ]
+    print(f"backend: {jax.default_backend()} ({jax.devices()[0].device_kind}), batch {B}, "
+          f"median of {n} batches, {os.cpu_count()} CPUs")
+    header = f"| {'case':<22} | {'sampler':<19} | {'ms/batch':>9} | {'masks/s':>10} | {'vs reference':>12} |"
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    for name, config, reference in cases:
+        ref = time_reference(reference, max(5, n // 5))
+        rows = [("NumPy reference", ref)]
+        rows.append((f"ours (K={masks.context_slots(config)})", time_ours(config, B, n)))
+        official = dataclasses.replace(config, official_truncation=True)
+        rows.append(("ours, official cut", time_ours(official, B, n)))
+        for label, seconds in rows:
+            print(f"| {name:<22} | {label:<19} | {seconds * 1e3:9.3f} | {B / seconds:10,.0f} | "
+                  f"{ref / seconds:11.1f}x |")
+
+if __name__ == "__main__":
+    main()
