@@ -1,12 +1,10 @@
 """ViT encoder, predictor and position embeddings (tiny configurations only)."""
 
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from jepa_cli.errors import InputError
 from jepa_cli.models import (
