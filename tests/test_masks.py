@@ -264,3 +264,34 @@ def test_config_from_options_defaults_are_official():
     assert c == M.MultiBlock3DConfig()
     assert M.config_from_options("random", ratio="0.4,0.6") == M.RandomConfig()
     assert hash(M.MultiBlockConfig()) == hash(M.MultiBlockConfig())
+
+
+@settings(max_examples=60, deadline=None)
+@given(H=st.integers(4, 32), W=st.integers(4, 32), lo=st.floats(0.05, 1.0), span=st.floats(0.0, 0.5),
+       a_lo=st.floats(0.3, 2.0), a_span=st.floats(0.0, 2.0), seed=st.integers(0, 2**32 - 1))
+def test_static_block_sizes_cover_every_draw(H, W, lo, span, a_lo, a_span, seed):
+    """The static T (and the min_keep check) come from an exact enumeration of the reachable sizes."""
+    from official_masks import ijepa_block_size, vjepa_block_size
+
+    from jepa_cli.masks.config import block_sizes
+
+    scale, aspect = (lo, min(1.0, lo + span)), (a_lo, a_lo + a_span)
+    correlated = block_sizes((H, W), scale, aspect, True, True)
+    independent = block_sizes((H, W), scale, aspect, False, False)
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        assert ijepa_block_size(rng, (H, W), scale, aspect) in correlated
+        assert vjepa_block_size(rng, 4, (H, W), (1.0, 1.0), scale, aspect)[1:] in independent
+
+
+@settings(max_examples=40, deadline=None)
+@given(H=st.integers(2, 32), W=st.integers(2, 32), npred=st.integers(1, 6), min_keep=st.integers(0, 20))
+def test_validation_over_grids(H, W, npred, min_keep):
+    try:
+        config = M.config_from_options("multiblock", grid=(H, W), npred=npred, min_keep=min_keep)
+    except InputError as err:
+        assert "\n" not in str(err) and "cannot hold" in str(err)
+        return
+    assert min(h * w for h, w in multiblock_target_sizes(config)) > min_keep
+    assert min(h * w for h, w in multiblock_context_sizes(config)) > min_keep
+    assert M.target_slots(config) >= max(h * w for h, w in multiblock_target_sizes(config))

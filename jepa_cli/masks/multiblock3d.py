@@ -47,8 +47,10 @@ def _union(u, config: MultiBlock3DConfig, t, h, w, outside):
     in_f = (f >= start[:, None]) & (f < start[:, None] + t)  # [npred, D]
     in_r = (r >= top[:, None]) & (r < top[:, None] + h)
     in_c = (c >= left[:, None]) & (c < left[:, None] + w)
-    blocks = in_f[:, :, None, None] & in_r[:, None, :, None] & in_c[:, None, None, :]
-    return jnp.any(blocks, axis=0).reshape(-1) | outside
+    # union over blocks of in_f x in_r x in_c, as one small matmul: [D*H, npred] @ [npred, W]
+    fr = (in_f[:, :, None] & in_r[:, None, :]).reshape(u.shape[0], D * H).astype(jnp.float32)
+    hits = jnp.matmul(fr.T, in_c.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
+    return (hits > 0).reshape(-1) | outside
 
 
 def _one_pair(u_attempts, config: MultiBlock3DConfig, pair: int, size):
