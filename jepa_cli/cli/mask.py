@@ -215,8 +215,9 @@ def render_show(config, context, targets, samples: int):
     for m in range(ntargets):
         legend.append("██", style=TARGET_COLOURS[m % len(TARGET_COLOURS)])
         legend.append(f" target {m + 1}  " if context.ndim == 2 else f" target (pair {m + 1})  ")
-    legend.append("▒▒", style="white")
-    legend.append(" context and target  ")
+    if getattr(config, "allow_overlap", False):
+        legend.append("▒▒", style="white")
+        legend.append(" context and target  ")
     legend.append("··", style="grey50")
     legend.append(" unused")
     parts.append(legend)
