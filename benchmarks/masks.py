@@ -26,25 +26,34 @@ from jepa_cli import masks  # noqa: E402
 from official_masks import ijepa_collate, vjepa_collate  # noqa: E402
 
 
-def time_interleaved(configs, reference, batch: int, repeats: int) -> list[float]:
-    """Median seconds per batch of the reference and of each config, run in turn within every repeat
-    (so that load from other processes hits every sampler alike). Ours: compiled once, warm, a fresh
-    key per call, waited for with block_until_ready."""
+def time_blocks(configs, reference, batch: int, repeats: int) -> list[float]:
+    """Median seconds per batch of the reference and of each config, each timed in its own block of
+    back-to-back batches (as in a loop that only samples), the reference before and after ours.
+    Ours: compiled once, warm, a fresh key per call, waited for with block_until_ready."""
     rng = np.random.default_rng(0)
     keys = jax.random.split(jax.random.PRNGKey(0), repeats + 1)
+
+    def ref_block() -> list[float]:
+        out = []
+        for _ in range(max(5, repeats // 4)):
+            start = time.perf_counter()
+            reference(rng)
+            out.append(time.perf_counter() - start)
+        return out
+
     reference(rng)
+    ref_times = ref_block()
+    results = []
     for config in configs:
         jax.block_until_ready(masks.sample(keys[0], config, batch))
-    times: list[list[float]] = [[] for _ in range(len(configs) + 1)]
-    for key in keys[1:]:
-        start = time.perf_counter()
-        reference(rng)
-        times[0].append(time.perf_counter() - start)
-        for i, config in enumerate(configs):
+        times = []
+        for key in keys[1:]:
             start = time.perf_counter()
             jax.block_until_ready(masks.sample(key, config, batch))
-            times[i + 1].append(time.perf_counter() - start)
-    return [float(np.median(t)) for t in times]
+            times.append(time.perf_counter() - start)
+        results.append(float(np.median(times)))
+    ref_times += ref_block()
+    return [float(np.median(ref_times))] + results
 
 
 def main() -> None:
@@ -67,7 +76,7 @@ def main() -> None:
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     for name, config, reference in cases:
         official = dataclasses.replace(config, official_truncation=True)
-        ref, ours, cut = time_interleaved([config, official], reference, B, n)
+        ref, ours, cut = time_blocks([config, official], reference, B, n)
         rows = [("NumPy reference", ref), (f"ours (K={masks.context_slots(config)})", ours),
                 ("ours, official cut", cut)]
         for label, seconds in rows:
