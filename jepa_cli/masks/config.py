@@ -315,11 +315,13 @@ def validate(config: MaskConfig) -> MaskConfig:
             raise InputError(f"--min-keep must be >= 0, got {config.min_keep}")
         if H < 2 or W < 2:
             raise InputError(f"--grid {H}x{W}: multiblock needs at least 2x2 (blocks stay below the grid size)")
+        # min_keep bounds the context (the official resampling loop); a target block only has to be
+        # non-empty (the official loop would spin forever on a target block <= min_keep: we keep it)
         smallest_target = min(h * w for h, w in multiblock_target_sizes(config))
-        if smallest_target <= config.min_keep:
+        if smallest_target < 1:
             raise InputError(
                 f"--grid {H}x{W} cannot hold the target blocks: a block at --pred-scale {_fmt(config.pred_scale)} "
-                f"can have {smallest_target} patches, not more than --min-keep {config.min_keep}")
+                "can be empty")
         smallest_context = min(h * w for h, w in multiblock_context_sizes(config))
         if smallest_context <= config.min_keep:
             raise InputError(

@@ -72,7 +72,8 @@ def _context(u_attempts, targets, config: MultiBlockConfig, e_size):
         return n + 1, block, block.sum() > config.min_keep
 
     init = (jnp.int32(0), jnp.zeros(grid[0] * grid[1], bool), jnp.bool_(False))
-    return jax.lax.while_loop(lambda s: ~s[2], attempt, init)[1]
+    # the last pre-drawn attempt is unconstrained and, for a validated config, always succeeds
+    return jax.lax.while_loop(lambda s: ~s[2] & (s[0] < u_attempts.shape[0]), attempt, init)[1]
 
 
 def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int) -> MaskSet:

@@ -11,7 +11,12 @@ from jepa_cli.masks.config import MaskConfig, MaskSet, MultiBlock3DConfig, Multi
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def sample(key: jax.Array, config: MaskConfig, batch_size: int) -> MaskSet:
-    """A batch of masks for `config`; shapes depend only on (config, batch_size); same key, same masks."""
+    """A batch of masks for `config`; shapes depend only on (config, batch_size); same key, same masks.
+
+    The config is validated when traced (InputError for one that cannot be sampled)."""
+    from jepa_cli.masks.config import validate
+
+    validate(config)
     if isinstance(config, MultiBlockConfig):
         from jepa_cli.masks.multiblock import sample_multiblock
 
