@@ -19,8 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("jepa_cli.cli.info", "Describe a dataset, mask file, embedding set or run."),
     "probe": ("jepa_cli.cli.probe", "Score frozen features with a linear, k-NN or attentive probe."),
     "encode-latents": ("jepa_cli.cli.encode", "Encode a dataset with a trained encoder into a latent dataset."),
-    "train": ("jepa_cli.cli.train", "Pretrain an encoder (I-JEPA) on a dataset; resumable, sharded."),
-    "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show a run's EMA momentum schedule and EMA-vs-online distances."),
+    "train": ("jepa_cli.cli.train", "Pretrain an encoder on a dataset (I-JEPA by default) with the official recipe."),
+    "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show the EMA momentum schedule of a run and how far the EMA is from the online weights."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
 
