@@ -192,6 +192,16 @@ def test_derived_context_size_covers_the_official_cut():
     assert k < np.asarray(ms.context_valid).sum(-1).max()  # and it is not the no-drop maximum
 
 
+def test_official_truncation_slots_fit_the_batch_minimum_at_that_batch_size():
+    config = M.MultiBlockConfig(grid=(8, 8), official_truncation=True)
+    k32, k128 = M.context_slots(config, 32), M.context_slots(config, 128)
+    assert k128 <= k32 < 49  # smaller batches have larger minima; far below the largest context
+    whole = dataclasses.replace(config, context_size=49)  # same key, same blocks, no slot limit
+    _, _, ms = draw(whole, G, 32, seed=11)
+    cuts = np.asarray(ms.context_valid).sum(-1)[:, 0, 0]
+    assert (cuts <= k32).mean() >= 0.95  # the official cut fits K in (nearly) every batch
+
+
 # Distribution parity with the official algorithms (two-sample KS at level 0.001).
 def _ks_same(a, b):
     assert ks_statistic(a, b) < ks_critical(len(a), len(b)), (np.mean(a), np.mean(b))

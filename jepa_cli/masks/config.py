@@ -270,27 +270,31 @@ DERIVE_BATCHES, DERIVE_BATCH_SIZE, DERIVE_QUANTILE = 32, 128, 90
 
 
 @functools.lru_cache(maxsize=None)
-def context_slots(config: MaskConfig) -> int:
+def context_slots(config: MaskConfig, batch_size: int | None = None) -> int:
     """K: `context_size`, or the derived default (docs/masks.md).
 
-    With official truncation K is the largest possible context, so that the batch-minimum cut always
-    fits. Otherwise K is the 90th percentile of the official collator's batch-minimum context count
-    at batch 128, estimated from 32 batches drawn with this config and PRNGKey(0), so that at least
-    9 batches in 10 keep as many tokens per sample as the official cut would.
+    Default mode: K is the 90th percentile of the official collator's batch-minimum context count at
+    batch 128, estimated from 32 batches drawn with this config and PRNGKey(0), so that at least 9
+    batches in 10 keep as many tokens per sample as the official cut would.
+    Official truncation: K is the largest batch minimum seen over those probe batches drawn at the
+    actual `batch_size`, so the static shapes cost about the official work and the cut fits K in
+    all but rare batches (which then keep their K lowest indices).
     """
     if config.context_size is not None:
         return int(config.context_size)
     upper = max_context_count(config)
-    if config.official_truncation or isinstance(config, RandomConfig):
-        return upper
+    if isinstance(config, RandomConfig):
+        return upper  # every context of a batch has the same length: nothing to cut
     from jepa_cli.masks.sampler import sample_many
 
+    probe_batch = batch_size if (config.official_truncation and batch_size) else DERIVE_BATCH_SIZE
     probe = dataclasses.replace(config, context_size=upper, official_truncation=True)
     with jax.ensure_compile_time_eval():
-        valid = sample_many(jax.random.PRNGKey(0), probe, DERIVE_BATCH_SIZE, DERIVE_BATCHES).context_valid
+        valid = sample_many(jax.random.PRNGKey(0), probe, probe_batch, DERIVE_BATCHES).context_valid
     # official cut per batch and context (pair); K must serve the largest pair
     mins = np.asarray(valid).sum(-1).min(axis=1).max(axis=-1)
-    return max(1, int(np.percentile(mins, DERIVE_QUANTILE, method="higher")))
+    quantile = 100 if config.official_truncation else DERIVE_QUANTILE
+    return max(1, int(np.percentile(mins, quantile, method="higher")))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -96,6 +96,6 @@ def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int)
     slots_t = target_slots(config)
     t_index, t_valid = jax.vmap(jax.vmap(lambda t, l: rectangle_index(grid, t, l, *p_size, slots_t)))(tops, lefts)
     # every target block of a batch has the same size h*w, so the official cut leaves targets whole
-    c_index, c_valid = dense_to_index(bits["select"], context[:, None, :], context_slots(config),
+    c_index, c_valid = dense_to_index(bits["select"], context[:, None, :], context_slots(config, batch_size),
                                       config.official_truncation)
     return MaskSet(c_index, c_valid, t_index, t_valid)
