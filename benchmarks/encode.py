@@ -25,21 +25,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def matmul_flops(n: int = 2048, repeats: int = 10) -> float:
-    import jax
-    import jax.numpy as jnp
-
-    a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), jnp.float32)
-    f = jax.jit(lambda x, y: x @ y)
-    f(a, a).block_until_ready()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        f(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best
+from machine import matmul_flops  # noqa: E402
 
 
 def bench_encode(model: str, images: int, batch_size: int, root: Path, peak: float) -> dict:

@@ -18,26 +18,16 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import matmul_flops  # noqa: E402
+
 REF_IMAGES_PER_SEC = (74.0, 84.0)
-
-
-def matmul_flops(n: int = 1024, repeats: int = 12) -> float:
-    """Best sustained float32 matmul FLOP/s of this machine (XLA dot)."""
-    a = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.PRNGKey(2), (n, n), jnp.float32)
-    f = jax.jit(lambda x, y: x @ y)
-    f(a, b).block_until_ready()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        f(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return 2.0 * n**3 / best
 
 
 def analytic_flops(batch: int, k: int, m: int, t: int, n: int = 64, d: int = 192, depth: int = 12, r: float = 4.0,
