@@ -18,7 +18,7 @@ jepa ema-inspect "$OUT/run" >&2
 echo "== encode-latents: target encoder, mean-pooled" >&2
 for run in run-init run; do
   for split in train test; do
-    jepa encode-latents "$OUT/$run" "$OUT/digits-$split.zarr" -o "$OUT/$run-$split.zarr" --force -q
+    jepa encode-latents "$OUT/$run" "$OUT/digits-$split.zarr" -o "$OUT/$run-$split.zarr" --force -q > /dev/null
   done
 done
 

@@ -226,12 +226,11 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
             save(0)
             saved_at = 0
         t_last, n_since = time.perf_counter(), 0
-        for i in range(start_step, steps):
-            batch = next(loader)
-            state, metrics = step_fn(state, batch)
+
+        def record_metrics(step_no: int, metrics: dict) -> None:
+            """Logs one step's metrics; stops on divergence (called one step late, see below)."""
+            nonlocal t_last, n_since, last, collapse_reported
             host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
-            step_no = i + 1
-            n_since += config.batch_size
             finite = bool(host.pop("finite"))
             if step_no % config.log_every == 0 or step_no == steps or not finite:
                 now = time.perf_counter()
@@ -259,16 +258,34 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
                 summary["collapse_suspected_at"] = step_no
                 cb.on_log(f"step {step_no}: repr_std {float(rs):.3g} < {config.collapse_threshold:g}: "
                           "the encoder looks collapsed (constant representations)")
-            if config.save_every and step_no % config.save_every == 0:
+
+        # Metrics are read one step late: step i+1 is dispatched (and its batch loaded) while step i
+        # still runs, so the host never idles the device. Before a checkpoint, the pending step's
+        # metrics are read first, so a diverged state is never saved.
+        pending: tuple[int, dict] | None = None
+        for i in range(start_step, steps):
+            batch = next(loader)
+            state, metrics = step_fn(state, batch)
+            step_no = i + 1
+            n_since += config.batch_size
+            if pending is not None:
+                record_metrics(*pending)
+            pending = (step_no, metrics)
+            cb.after_step(step_no)
+            stopping = stop.signal  # read once: a signal arriving later is handled next step
+            wants_save = bool(config.save_every and step_no % config.save_every == 0)
+            if wants_save or stopping or step_no == steps:
+                record_metrics(*pending)
+                pending = None
+            if wants_save:
                 save(step_no)
                 saved_at = step_no
-            cb.after_step(step_no)
-            if stop.signal:
+            if stopping:
                 if saved_at != step_no:
                     save(step_no)
                     saved_at = step_no
-                summary["interrupted"] = stop.signal
-                cb.on_log(f"{stop.signal}: saved step {step_no}, stopping (resume with --resume)")
+                summary["interrupted"] = stopping
+                cb.on_log(f"{stopping}: saved step {step_no}, stopping (resume with --resume)")
                 break
         final = int(jax.device_get(state.step))
         if saved_at != final:
