@@ -226,3 +226,13 @@ def test_bfloat16_compute_keeps_float32_params(tiny):
     ref = tiny[0](images)
     assert out.dtype == jnp.bfloat16
     assert float(jnp.abs(out.astype(jnp.float32) - ref).max()) < 0.15
+
+
+def test_gelu_is_the_exact_erf_gelu_with_its_exact_gradient():
+    from jepa_cli.models.vit import gelu
+
+    x = jnp.linspace(-6.0, 6.0, 1001)
+    np.testing.assert_allclose(gelu(x), jax.nn.gelu(x, approximate=False), atol=2e-6)
+    reference = jax.vmap(jax.grad(lambda v: jax.nn.gelu(v, approximate=False)))(x)
+    np.testing.assert_allclose(jax.vmap(jax.grad(gelu))(x), reference, atol=1e-6)
+    assert float(gelu(jnp.float32(1.0))) == pytest.approx(0.8413447, abs=1e-6)  # 1 * Phi(1)
