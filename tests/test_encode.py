@@ -122,7 +122,7 @@ def test_encode_latents_cli_provenance_shift_scale(trained, tmp_path, run_cli):
                      "--weights", "context", "--mesh", "data=1", "-q")
     assert result.exit_code == 0, result.stderr
     t = store.read_array(tokens / "inputs")
-    assert t.shape == (40, 16, 256) and store.read_attributes(tokens)["layout"] == "NTD"
+    assert t.shape == (40, 64, 256) and store.read_attributes(tokens)["layout"] == "NTD"  # 8x8 patch grid
     np.testing.assert_allclose(t[:, :, -64:].mean(axis=1), z, rtol=1e-4, atol=1e-5)
     tok_attrs = store.read_attributes(tokens)
     np.testing.assert_allclose(tok_attrs["latent_shift"], t.reshape(-1, 256).mean(axis=0), rtol=1e-4, atol=1e-5)
