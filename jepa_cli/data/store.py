@@ -47,18 +47,23 @@ def atomic_directory(path: str | os.PathLike, force: bool = False) -> Iterator[P
     previous = _raise_on_sigterm()
     try:
         yield tmp
-        if final.exists():  # --force: swap, then remove the old one
-            trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(final, trash)
-            os.rename(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
+        move_into_place(tmp, final)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def move_into_place(tmp: Path, final: Path) -> None:
+    """Renames the finished directory `tmp` to `final`; an existing `final` is swapped out, then removed."""
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(final, trash)
+        os.rename(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
 
 
 def _raise_on_sigterm():

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -244,15 +243,9 @@ def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int,
 
 
 def _rename_into_place(tmp: Path, output: Path, force: bool) -> None:
-    if output.exists():
-        if not force:
-            raise InputError(f"{output}: already exists (use --force to overwrite)")
-        trash = output.with_name(f".{output.name}.old-{uuid.uuid4().hex[:8]}")
-        os.rename(output, trash)
-        os.rename(tmp, output)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(tmp, output)
+    if output.exists() and not force:
+        raise InputError(f"{output}: already exists (use --force to overwrite)")
+    store.move_into_place(tmp, output)
 
 
 # -- from a training run -------------------------------------------------------------------------
