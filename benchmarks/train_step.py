@@ -6,6 +6,12 @@ machine's float32 matmul FLOP/s measured in the same run, their ratio (utilisati
 context and target tokens per sample, in the default mode and with --official-truncation.
 
     .venv/bin/python benchmarks/train_step.py [--steps 20] [--mode both|default|official] [--json]
+                                              [--cpu-devices N]
+
+The step runs as `jepa train` runs it: sharded over a `data` mesh of every device. On a CPU-only
+machine it is measured twice, each in its own process: as one device, and split into one device
+per core (`--cpu-devices N`, XLA's --xla_force_host_platform_device_count), which is how
+`jepa train --cpu-devices N` spreads a batch over the cores.
 
 Reference (official PyTorch code, same configuration, this machine): 74-84 images/s, about
 100 GFLOP/s, 45-50 % of the matmul rate; contexts cut to 6-19 tokens (median 13).
@@ -16,9 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+if "--cpu-devices" in sys.argv:  # must reach XLA before JAX initialises its backend
+    _count = sys.argv[sys.argv.index("--cpu-devices") + 1]
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={_count}"
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +63,9 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     from jepa_cli.training.config import build_config
     from jepa_cli.training.run import build_optimizer
     from jepa_cli.training.state import init_state
-    from jepa_cli.training.step import make_step_fn
+    from jepa_cli.training.step import jit_step, make_step_fn
+    from jepa_cli.training import mesh as mesh_lib
+    from jepa_cli.training.run import abstract_state
 
     opts = dict(model="tiny", patch_size=8, image_size=64, channels=3, pred_depth=6, pred_width=96,
                 dtype="float32", official_truncation=official)
@@ -60,15 +74,19 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     lengths = {"steps": 1000, "t_max": 1000, "warmup_steps": 100, "ipe": 100}
     abstract = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
     tx, lr_fn, wd_fn, m_fn = build_optimizer(cfg, objective, lengths, abstract)
-    state = jax.jit(lambda k: init_state(objective, tx, k))(jax.random.PRNGKey(0))
-    images = jax.random.normal(jax.random.PRNGKey(3), (batch, 64, 64, 3), jnp.float32)
-    step = jax.jit(make_step_fn(objective, tx, lr_fn, wd_fn, m_fn), donate_argnums=(0,))
+    mesh = mesh_lib.make_mesh("data=-1,fsdp=1")
+    state_sh = mesh_lib.state_shardings(mesh, abstract_state(objective, tx))
+    state = jax.jit(lambda k: init_state(objective, tx, k), out_shardings=state_sh)(jax.random.PRNGKey(0))
+    images = jax.device_put(jax.random.normal(jax.random.PRNGKey(3), (batch, 64, 64, 3), jnp.float32),
+                            mesh_lib.batch_sharding(mesh))
+    step = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, m_fn), state_sh, mesh_lib.batch_sharding(mesh),
+                    mesh_lib.replicated(mesh))
     t0 = time.perf_counter()
     compiled = step.lower(state, {"image": images}).compile()
     compile_s = time.perf_counter() - t0
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    flops = float(cost.get("flops", 0.0)) if cost else 0.0
+    flops = float(cost.get("flops", 0.0)) * len(jax.devices()) if cost else 0.0  # cost is per device
     for _ in range(3):  # warm-up
         state, metrics = compiled(state, {"image": images})
     jax.block_until_ready(state)
@@ -88,6 +106,7 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     analytic = analytic_flops(batch, k, m_, t)
     return {
         "mode": "official-truncation" if official else "default",
+        "devices": len(jax.devices()),
         "images_per_sec": batch / sec,
         "step_ms": 1000 * sec,
         "flops_per_step": flops,
@@ -102,12 +121,8 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--mode", choices=("both", "default", "official"), default="both")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+def measure(args) -> dict:
+    """This process's rows: the step on every visible device, with the matmul baseline."""
     peak = matmul_flops()
     modes = {"both": (False, True), "default": (False,), "official": (True,)}[args.mode]
     rows = [bench(official, args.steps) for official in modes]
@@ -117,19 +132,39 @@ def main(argv=None) -> int:
         r["utilisation"] = r["achieved_flops"] / peak
         r["analytic_utilisation"] = r["analytic_flops"] / peak
         r["vs_official_images_per_sec"] = r["images_per_sec"] / float(np.mean(REF_IMAGES_PER_SEC))
-    out = {"device": str(jax.devices()[0]), "backend": jax.default_backend(), "rows": rows}
+    return {"device": str(jax.devices()[0]), "backend": jax.default_backend(), "rows": rows}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--mode", choices=("both", "default", "official"), default="both")
+    p.add_argument("--cpu-devices", type=int, help="split the CPU into N devices (default: 1 and one per core)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.cpu_devices is not None or jax.default_backend() != "cpu":
+        out = measure(args)
+    else:  # one process per device count: XLA reads the count once, at start-up
+        out = {"rows": []}
+        for count in sorted({1, os.cpu_count() or 1}):
+            cmd = [sys.executable, __file__, "--steps", str(args.steps), "--mode", args.mode,
+                   "--cpu-devices", str(count), "--json"]
+            child = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            out.update({k: v for k, v in child.items() if k != "rows"})
+            out["rows"] += child["rows"]
     if args.json:
         print(json.dumps(out))
         return 0
-    hdr = (f"{'mode':<20} {'img/s':>7} {'x ref':>6} {'step ms':>8} {'GFLOP/step':>10} {'GFLOP/s':>8} "
+    hdr = (f"{'mode':<20} {'dev':>3} {'img/s':>7} {'x ref':>6} {'step ms':>8} {'GFLOP/step':>10} {'GFLOP/s':>8} "
            f"{'matmul GFLOP/s':>14} {'util':>6} {'util(an.)':>9} {'ctx tok':>12} {'tgt tok':>8}")
     print(hdr)
     print("-" * len(hdr))
-    for r in rows:
+    for r in out["rows"]:
         lo, hi = r["context_tokens_range"]
-        print(f"{r['mode']:<20} {r['images_per_sec']:7.1f} {r['vs_official_images_per_sec']:6.2f} {r['step_ms']:8.1f} "
-              f"{r['flops_per_step'] / 1e9:10.2f} {r['achieved_flops'] / 1e9:8.1f} {r['matmul_flops'] / 1e9:14.1f} "
-              f"{100 * r['utilisation']:5.1f}% {100 * r['analytic_utilisation']:8.1f}% {r['context_tokens']:5.1f} ({lo:.0f}-{hi:.0f}) {r['target_tokens']:8.1f}")
+        print(f"{r['mode']:<20} {r['devices']:>3} {r['images_per_sec']:7.1f} {r['vs_official_images_per_sec']:6.2f} "
+              f"{r['step_ms']:8.1f} {r['flops_per_step'] / 1e9:10.2f} {r['achieved_flops'] / 1e9:8.1f} "
+              f"{r['matmul_flops'] / 1e9:14.1f} {100 * r['utilisation']:5.1f}% {100 * r['analytic_utilisation']:8.1f}% "
+              f"{r['context_tokens']:5.1f} ({lo:.0f}-{hi:.0f}) {r['target_tokens']:8.1f}")
     print("reference (official PyTorch): 74-84 img/s, ~100 GFLOP/s, 45-50 % of matmul; contexts 6-19 tokens (median 13)",
           file=sys.stderr)
     return 0
