@@ -244,7 +244,7 @@ def test_bad_option_is_one_line_exit_2(run_cli, tmp_path):
 
 
 def _ingest_process(tmp_path: Path, out: Path) -> subprocess.Popen:
-    np.save(tmp_path / "big.npy", np.zeros((40000, 8, 8), np.uint8))
+    np.save(tmp_path / "big.npy", np.zeros((400_000, 8, 8), np.uint8))  # a minute of work: the signal always comes first
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "jepa_cli", "ingest", str(tmp_path / "big.npy"), str(out),
                              "--size", "64x64"], env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
