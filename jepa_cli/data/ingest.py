@@ -44,10 +44,10 @@ def to_image(sample: Any, size: tuple[int, int] | None, channels: int | None) ->
 
     if isinstance(sample, np.ndarray):
         if sample.ndim == 3 and sample.shape[-1] == 1:
-            sample = sample[..., 0]
-        if size is None and (channels is None or channels == (1 if sample.ndim == 2 else 3)) and (
-                sample.ndim == 2 or sample.shape[-1] == 3):
-            return sample[..., None] if sample.ndim == 2 else sample
+            sample = sample[..., 0]  # [H, W]: Pillow's mode L
+        native_channels = 1 if sample.ndim == 2 else sample.shape[-1]
+        if size is None and native_channels in (1, 3) and channels in (None, native_channels):
+            return sample[..., None] if sample.ndim == 2 else sample  # nothing to convert: skip Pillow
         sample = Image.fromarray(sample)
     mode = {1: "L", 3: "RGB"}.get(channels or 0) or ("L" if sample.mode in GRAY_MODES else "RGB")
     if sample.mode != mode:
