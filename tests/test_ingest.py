@@ -247,10 +247,11 @@ def _ingest_process(tmp_path: Path, out: Path) -> subprocess.Popen:
     np.save(tmp_path / "big.npy", np.zeros((400_000, 8, 8), np.uint8))  # a minute of work: the signal always comes first
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # A shell without job control starts background jobs with SIGINT ignored, and children inherit
-    # that; reset it so the ingest sees the signal a user's Ctrl-C would send.
-    return subprocess.Popen([sys.executable, "-m", "jepa_cli", "ingest", str(tmp_path / "big.npy"), str(out),
-                             "--size", "64x64"], env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # that; the child restores the handler a user's Ctrl-C would meet (no preexec_fn: JAX threads).
+    code = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "sys.argv = ['jepa'] + sys.argv[1:]; runpy.run_module('jepa_cli', run_name='__main__')")
+    return subprocess.Popen([sys.executable, "-c", code, "ingest", str(tmp_path / "big.npy"), str(out),
+                             "--size", "64x64"], env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 def _wait_for_partial(tmp_path: Path, name: str, process: subprocess.Popen) -> None:
