@@ -106,3 +106,12 @@ def test_help_has_summary_and_example(run_cli):
     assert "Sample JEPA context/target masks" in result.stdout and "Example:" in result.stdout
     assert "jepa mask --strategy multiblock" in result.stdout
     assert "mask" in run_cli("--help").stdout
+
+
+def test_cell_labels_mark_context_overlap_targets_and_unused():
+    from jepa_cli.masks.render import cell_labels
+
+    context = np.array([[True, True, False, False]])
+    targets = np.array([[[False, True, True, False], [False, False, False, False]]])
+    [(title, labels)] = cell_labels(None, context, targets, 0)
+    assert labels.tolist() == [-2, -3, 0, -1]  # context, context over a target, target block 0, unused
