@@ -31,20 +31,10 @@ def _tuplify(v):
 
 
 @dataclasses.dataclass(frozen=True)
-class IJEPAConfig:
-    # model (jepa_cli.models.ModelConfig)
-    model: str = "tiny"
-    patch_size: int = 16
-    image_size: int | tuple[int, int] = 224
-    channels: int = 3
-    pred_depth: int = 6
-    pred_width: int = 384
-    pred_heads: int | None = None
-    dtype: str = "float32"
-    width: int | None = None
-    depth: int | None = None
-    heads: int | None = None
-    mlp_ratio: float | None = None
+class IJEPAConfig(ModelConfig):
+    """The model's fields (inherited from ModelConfig, flat so that TOML keys stay flat), the masks
+    and the objective's own options."""
+
     # masks: overrides of jepa_cli.masks.MultiBlockConfig fields (grid comes from the model),
     # as sorted (name, value) pairs so the config stays hashable
     mask_options: tuple[tuple[str, Any], ...] = ()
@@ -75,7 +65,7 @@ class IJEPAConfig:
             v = getattr(self, name)
             if v is not None and len(v) not in (1, self.channels):
                 raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
-        self.model_config  # validates the model fields
+        super().__post_init__()  # validates the model fields
 
     @property
     def model_config(self) -> ModelConfig:
