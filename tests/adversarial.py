@@ -1,0 +1,83 @@
+"""The hostile-user harness (issue 8): runs the real `jepa` CLI in a subprocess and checks that a
+refusal is exactly one `jepa: error:` line, with the expected exit code and no traceback, and that
+nothing it was handed (inputs, earlier outputs, the whole working folder) changed on disk.
+
+Test modules named `test_adversarial_*.py` hold the cases, one behaviour each:
+
+    def test_ingest_into_its_own_source_is_refused(tmp_path):
+        ...
+        expect_refusal("ingest", src, src, "--force", guard=[tmp_path], fragments=[str(src)])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def snapshot(paths: Iterable[str | os.PathLike]) -> dict[str, tuple]:
+    """Every file and directory under `paths` (hidden ones included): kind, size and SHA-256 of files.
+
+    Equal snapshots mean nothing was created, removed or changed there."""
+    out: dict[str, tuple] = {}
+    for top in map(Path, paths):
+        if not top.exists() and not top.is_symlink():
+            out[str(top)] = ("missing",)
+            continue
+        entries = [top] + (sorted(top.rglob("*")) if top.is_dir() and not top.is_symlink() else [])
+        for entry in entries:
+            if entry.is_symlink():
+                out[str(entry)] = ("link", os.readlink(entry))
+            elif entry.is_dir():
+                out[str(entry)] = ("dir",)
+            else:
+                out[str(entry)] = ("file", entry.stat().st_size, hashlib.sha256(entry.read_bytes()).hexdigest())
+    return out
+
+
+def run_jepa(*args: str | os.PathLike, cwd: str | os.PathLike | None = None, env: dict | None = None,
+             timeout: float = 300, input: bytes | None = None) -> subprocess.CompletedProcess:
+    """`python -m jepa_cli ARGS...` in a fresh process (the real CLI: signals, exit codes, stderr)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.pop("JEPA_DEBUG", None)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "jepa_cli", *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, timeout=timeout, input=input)
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess, code: int = 2,
+                          fragments: Sequence[str] = ()) -> str:
+    """Exit `code`, stderr exactly one line `jepa: error: ...` naming every fragment; returns the line."""
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == code, (result.returncode, stderr, result.stdout[-2000:])
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    assert len(lines) == 1, f"stderr is not one line: {stderr!r}"
+    assert lines[0].startswith("jepa: error: "), lines[0]
+    for fragment in fragments:
+        assert str(fragment) in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def expect_refusal(*args: str | os.PathLike, guard: Iterable[str | os.PathLike] = (), code: int = 2,
+                   fragments: Sequence[str] = (), cwd: str | os.PathLike | None = None,
+                   env: dict | None = None, timeout: float = 300) -> str:
+    """Runs `jepa ARGS`; asserts one error line (exit `code`, naming `fragments`) and that every
+    path in `guard` is byte-for-byte as before. Returns the error line."""
+    guard = list(guard)
+    before = snapshot(guard)
+    result = run_jepa(*args, cwd=cwd, env=env, timeout=timeout)
+    line = assert_one_error_line(result, code, fragments)
+    after = snapshot(guard)
+    changed = sorted(set(before.items()) ^ set(after.items()))
+    assert not changed, f"refused command changed guarded paths: {changed[:10]}"
+    return line
