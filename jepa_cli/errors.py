@@ -14,3 +14,28 @@ class InputError(JepaError):
     """Bad usage or bad input: a missing file, a wrong shape, an inconsistent option (exit code 2)."""
 
     exit_code = 2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM turned into an exception so that cleanup runs as for Ctrl-C; the CLI exits 143 (128 + 15)."""
+
+
+_received: list[int] = []  # signal numbers that reached the handlers below, in order
+
+
+def raise_terminated(signum, frame) -> None:
+    """A SIGTERM handler: raises Terminated in the main thread."""
+    _received.append(signum)
+    raise Terminated
+
+
+def raise_interrupted(signum, frame) -> None:
+    """A SIGINT handler: raises KeyboardInterrupt, as Python's own, and remembers the signal."""
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+def received_signal() -> int | None:
+    """The last SIGINT/SIGTERM number the handlers saw, else None. A signal landing inside a C
+    extension's import turns into an ImportError that no longer says it was a signal; this does."""
+    return _received[-1] if _received else None

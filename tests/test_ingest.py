@@ -269,7 +269,9 @@ def test_interrupted_ingest_leaves_nothing_behind(tmp_path, sig):
     _wait_for_partial(tmp_path, "big.zarr", process)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode != 0
+    assert process.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], stderr
+    assert stderr.decode().splitlines() == [
+        {signal.SIGINT: "jepa: error: interrupted", signal.SIGTERM: "jepa: error: terminated (SIGTERM)"}[sig]]
     assert nothing_written(tmp_path, "big.zarr"), stderr
 
 

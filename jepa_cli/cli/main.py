@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import click
 
 from jepa_cli import __version__
-from jepa_cli.errors import JepaError
+from jepa_cli.errors import JepaError, Terminated, raise_interrupted, raise_terminated, received_signal
 
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
@@ -23,6 +25,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show the EMA momentum schedule of a run and how far the EMA is from the online weights."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
+
+
+class _Stopped(Exception):
+    """A signal ended the command; carries the exit code (not a KeyboardInterrupt, so that click's
+    own handler, which prints a blank line to stderr, never sees it)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 class JepaGroup(click.Group):
@@ -42,12 +53,32 @@ class JepaGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Terminated:
+            raise _Stopped(143) from None
+        except KeyboardInterrupt:
+            raise _Stopped(130) from None
+        except Exception:
+            if received_signal() is not None:  # e.g. an import interrupted inside a C extension
+                raise _Stopped(128 + received_signal()) from None
+            raise
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        # SIGTERM ends every command like Ctrl-C (cleanup runs, exit 143); `jepa train` installs its
+        # own handler while it trains, to finish the step and save first.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, raise_terminated)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN stays ignored
+                signal.signal(signal.SIGINT, raise_interrupted)
         try:
             rv = super().main(args=args, prog_name=prog_name or "jepa", complete_var=complete_var,
                               standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
+        except _Stopped as exc:
+            _fail("terminated (SIGTERM)" if exc.code == 143 else "interrupted", exc.code)
         except click.Abort:
             _fail("interrupted", 130)
         except click.ClickException as exc:
@@ -56,6 +87,8 @@ class JepaGroup(click.Group):
             if os.environ.get("JEPA_DEBUG") == "1":
                 raise
             _fail(str(exc), exc.exit_code)
+        except Terminated:
+            _fail("terminated (SIGTERM)", 143)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from jepa_cli import __version__
-from jepa_cli.errors import InputError
+from jepa_cli.errors import InputError, raise_terminated
 
 GROUP_METADATA = "zarr.json"
 DEFAULT_CHUNK_BYTES = 4 << 20  # aim for ~4 MiB chunks along the sample axis
@@ -67,15 +67,12 @@ def move_into_place(tmp: Path, final: Path) -> None:
 
 
 def _raise_on_sigterm():
-    """Turns SIGTERM into KeyboardInterrupt so cleanup runs; returns the old handler (main thread only)."""
+    """Turns SIGTERM into Terminated (a KeyboardInterrupt) so cleanup runs; returns the old handler
+    (main thread only)."""
     try:
-        return signal.signal(signal.SIGTERM, _sigterm_handler)
+        return signal.signal(signal.SIGTERM, raise_terminated)
     except ValueError:  # not the main thread
         return None
-
-
-def _sigterm_handler(signum, frame):
-    raise KeyboardInterrupt
 
 
 def write_group(path: str | os.PathLike, attributes: dict[str, Any]) -> None:
