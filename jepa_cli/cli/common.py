@@ -10,6 +10,9 @@ from typing import Any, Callable, Iterator
 import click
 
 
+SEED = click.IntRange(0, 2**32 - 1)  # the type of every --seed: what numpy and jax.random.PRNGKey accept
+
+
 def output_options(func: Callable) -> Callable:
     """Adds --json, -v/--verbose and -q/--quiet."""
     func = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")(func)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, parse_hxw, progress_bar, stderr_console
+from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, progress_bar, stderr_console
 
 
 def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
@@ -25,7 +25,7 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--channels", type=click.Choice(["1", "3"]), help="Convert to 1 (grayscale) or 3 (RGB) channels.")
 @click.option("--split", type=click.Choice(["train", "test"]), help="Keep one side of a stratified split.")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Fraction of each class in the test split.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split.")
 @click.option("--limit", type=int, help="Keep at most N samples (after the split).")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable files and report how many.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, parse_hxw, stderr_console
+from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_console
 
 TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
                   "dark_orange", "purple", "deep_pink2", "gold1"]
@@ -19,7 +19,7 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
 @click.option("--grid", help="Patch grid HxW (default: the strategy's official grid).")
 @click.option("--frames", type=int, help="Temporal grid size (multiblock3d only).")
 @click.option("--batch", type=click.IntRange(min=1), default=64, show_default=True, help="Masks to sample.")
-@click.option("--seed", type=int, default=0, show_default=True, help="PRNG seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
 @click.option("--npred", help="Target blocks (multiblock); blocks per mask pair, e.g. 8,2 (multiblock3d).")
 @click.option("--pred-scale", help="Target block scale low,high; multiblock3d: one per pair, e.g. 0.15,0.7.")
 @click.option("--aspect", help="Target block aspect ratio low,high.")

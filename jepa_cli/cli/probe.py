@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, print_mapping, stderr_console
+from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_console
 
 
 @click.command("probe")
@@ -21,7 +21,7 @@ from jepa_cli.cli.common import emit, output_options, print_mapping, stderr_cons
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="attentive: minibatch size (256); knn: test rows per batch (automatic).")
 @click.option("--per-class", is_flag=True, help="Add per-class top-1 accuracy.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out split / probe init.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the held-out split / probe init.")
 @output_options
 def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, seed, as_json, verbose, quiet):
     """Score frozen features with a linear, k-NN or attentive probe.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, parse_hxw
+from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw
 
 
 def _pair(value: str | None, option: str):
@@ -37,7 +37,7 @@ def _pair(value: str | None, option: str):
 @click.option("--grad-accum", type=int, default=None, help="Split each batch into K micro-batches (one update).")
 @click.option("--ipe-scale", type=float, default=None, help="Schedules run over steps x ipe_scale (official 1.0).")
 @click.option("--mesh", default=None, help="Device mesh, e.g. data=-1,fsdp=1 (-1 takes the rest).")
-@click.option("--seed", type=int, default=None, help="Seed of initialisation, data order and masks.")
+@click.option("--seed", type=SEED, default=None, help="Seed of initialisation, data order and masks.")
 @click.option("--save-every", type=int, default=None, help="Checkpoint every N updates (always at the end).")
 @click.option("--keep", type=int, default=None, help="Keep the K most recent checkpoints (default 3).")
 @click.option("--resume", is_flag=True, help="Continue RUN from its latest checkpoint.")
