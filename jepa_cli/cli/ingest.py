@@ -28,7 +28,7 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split.")
 @click.option("--limit", type=int, help="Keep at most N samples (after the split).")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable files and report how many.")
-@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("--force", is_flag=True, help="Replace OUT if it is a dataset (anything else is refused).")
 @click.option("--list-builtins", is_flag=True, expose_value=False, is_eager=True, callback=_list_builtins,
               help="List the built-in sources and exit.")
 @output_options
@@ -46,16 +46,15 @@ def command(source, out, labels_path, size, channels, split, test_fraction, seed
     """
     from jepa_cli.data.ingest import ingest
     from jepa_cli.data.sources import open_source
-    from jepa_cli.data.store import check_output
 
-    check_output(out, force)
     opened = open_source(source, labels_path)
+    console = stderr_console(quiet)
     with progress_bar(f"ingest {source}", None, "files", quiet=quiet or as_json) as advance:
         summary = ingest(opened, out, size=parse_hxw(size, "--size"), channels=int(channels) if channels else None,
                          split=split, test_fraction=test_fraction, seed=seed, limit=limit, skip_bad=skip_bad,
-                         force=force, progress=advance, on_total=advance.set_total)
+                         force=force, progress=advance, on_total=advance.set_total, log=lambda line: console.print(line, markup=False, highlight=False))
     if summary["skipped"] and not as_json:
-        stderr_console(quiet).print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
+        console.print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} uint8"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
          + (f", skipped {summary['skipped']}" if summary["skipped"] else ""))

@@ -65,7 +65,7 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
         raise InputError("--data is only used with --png")
     # check every path before any work, so that bad input writes nothing
     if output is not None:
-        store.check_output(output, force)
+        store.check_output(output, force, "masks", [data] if data is not None else [])
     if png_path is not None:
         png = Path(png_path)
         if not png.parent.exists():
@@ -115,7 +115,8 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     if stats:
         result["stats"] = summary
     if output is not None:
-        write_masks(output, config, context, targets, seed, force=force)
+        write_masks(output, config, context, targets, seed, force=force,
+                    log=lambda line: console.print(line, markup=False, highlight=False))
         result["output"] = str(output)
     if png_path is not None:
         write_png(png_path, config, context, targets, samples, images)

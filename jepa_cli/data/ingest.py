@@ -9,10 +9,16 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data import store
-from jepa_cli.data.sources import BadSample, Source
+from jepa_cli.data.sources import BadSample, Source, to_uint8
 from jepa_cli.errors import InputError
 
-GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}  # Pillow modes kept as one channel by default
+# Pillow modes a folder of images can hold, by how their pixels become uint8 (docs/formats.md):
+EIGHT_BIT_MODES = {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV"}
+WIDE_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I", "F"}  # one channel of 16-bit, 32-bit or float values
+GRAY_MODES = {"1", "L", "LA", "La"} | WIDE_MODES  # kept as one channel by default
+# Peak memory of one ingest, in units of the write chunk and of one sample: the chunk buffer,
+# TensorStore's copy of it and its compressed form; a decoded, converted and resized sample.
+CHUNKS_IN_MEMORY, SAMPLES_IN_MEMORY = 3, 4
 
 
 def split_indices(labels: np.ndarray | None, count: int, split: str | None, test_fraction: float,
@@ -38,23 +44,62 @@ def split_indices(labels: np.ndarray | None, count: int, split: str | None, test
     return np.flatnonzero(test if split == "test" else ~test)
 
 
-def to_image(sample: Any, size: tuple[int, int] | None, channels: int | None) -> np.ndarray:
-    """One decoded sample as uint8 [H, W, C]: channels converted, resized with a center crop to `size`."""
-    from PIL import Image, ImageOps
+def to_image(sample: Any, size: tuple[int, int] | None, channels: int | None, name: str) -> np.ndarray:
+    """One decoded sample as uint8 [H, W, C]: pixels scaled by their range, channels converted,
+    resized with a center crop to `size`. BadSample (naming `name`) if its pixels cannot convert."""
+    return fit(to_pixels(sample, channels, name), size)
 
+
+def to_pixels(sample: Any, channels: int | None, name: str) -> np.ndarray:
+    """A PIL image or an array as uint8 [H, W, C] at its own size; C is `channels`, else 1 for
+    gray modes and 3 for colour ones.
+
+    16-bit and float images are scaled by their real range (`to_uint8`), never clipped: Pillow's own
+    conversion to L saturates 16-bit values and truncates floats in [0, 1] to 0.
+    """
+    from PIL import Image
+
+    if not isinstance(sample, np.ndarray):
+        if sample.mode in WIDE_MODES:
+            sample = _wide_pixels(sample, name)
+        elif sample.mode not in EIGHT_BIT_MODES:
+            raise BadSample(f"{name}: Pillow mode {sample.mode} is not supported; convert it to RGB or grayscale")
     if isinstance(sample, np.ndarray):
         if sample.ndim == 3 and sample.shape[-1] == 1:
             sample = sample[..., 0]  # [H, W]: Pillow's mode L
         native_channels = 1 if sample.ndim == 2 else sample.shape[-1]
-        if size is None and native_channels in (1, 3) and channels in (None, native_channels):
+        if native_channels in (1, 3) and channels in (None, native_channels):
             return sample[..., None] if sample.ndim == 2 else sample  # nothing to convert: skip Pillow
         sample = Image.fromarray(sample)
     mode = {1: "L", 3: "RGB"}.get(channels or 0) or ("L" if sample.mode in GRAY_MODES else "RGB")
     if sample.mode != mode:
         sample = sample.convert(mode)
-    if size is not None and (sample.height, sample.width) != tuple(size):
-        sample = ImageOps.fit(sample, (size[1], size[0]), method=Image.Resampling.BICUBIC)
     array = np.asarray(sample, dtype=np.uint8)
+    return array[..., None] if array.ndim == 2 else array
+
+
+def _wide_pixels(image: Any, name: str) -> np.ndarray:
+    """uint8 [H, W] of a 16-bit (I;16*), 32-bit integer (I) or float (F) Pillow image.
+
+    Mode I holds 16-bit files too (16-bit PGM): its values must lie in [0, 65535] and are scaled as
+    16-bit; F must lie in [0, 1]."""
+    values = np.asarray(image)
+    if image.mode == "I":
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise BadSample(f"{name}: 32-bit integer pixels outside [0, 65535] (min {values.min()}, max "
+                            f"{values.max()}); save it as 8-bit or 16-bit")
+        values = values.astype(np.uint16)
+    return to_uint8(values.astype(values.dtype.newbyteorder("=")), name)
+
+
+def fit(image: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
+    """uint8 [H, W, C] resized (bicubic) with a center crop to `size` = (H', W'); as is if None."""
+    if size is None or image.shape[:2] == tuple(size):
+        return image
+    from PIL import Image, ImageOps
+
+    picture = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
+    array = np.asarray(ImageOps.fit(picture, (size[1], size[0]), method=Image.Resampling.BICUBIC), np.uint8)
     return array[..., None] if array.ndim == 2 else array
 
 
@@ -62,16 +107,20 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
            split: str | None = None, test_fraction: float = 0.2, seed: int = 0, limit: int | None = None,
            skip_bad: bool = False, force: bool = False,
            progress: Callable[[int], None] | None = None,
-           on_total: Callable[[int], None] | None = None) -> dict[str, Any]:
+           on_total: Callable[[int], None] | None = None,
+           log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Writes `source` as a dataset at `out`; returns a summary (path, shape, classes, skipped).
 
-    Samples are decoded one at a time and written a chunk at a time. Nothing appears at `out`
-    unless the whole ingest succeeds.
+    Samples are decoded one at a time and written a chunk at a time, so memory is bounded by the
+    sample size, not by the number of samples; the disk and memory needed are checked against what
+    is free before anything is written. Nothing appears at `out` unless the whole ingest succeeds.
+    `log` receives notes for stderr (stale partials removed).
     """
     if channels not in (None, 1, 3):
         raise InputError(f"--channels must be 1 or 3, got {channels}")
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}")
+    store.check_output(out, force, "dataset", source.paths)  # before decoding anything
     indices = split_indices(source.labels, source.count, split, test_fraction, seed)
     if limit is not None:
         indices = indices[:limit]
@@ -81,31 +130,29 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
         on_total(len(indices))
     start = time.perf_counter()
     skipped: list[str] = []
-    with store.atomic_directory(out, force) as tmp:
-        first, first_pos = _first_good(source, indices, size, channels, skip_bad, skipped)
-        sample_shape = first.shape
-        inputs = store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8)
-        chunk_n = inputs.chunk_layout.write_chunk.shape[0]
+    first, first_pos = _first_good(source, indices, channels, skip_bad, skipped)
+    sample_shape = (*(size or first.shape[:2]), first.shape[2])
+    chunk_n = min(store.chunk_rows(sample_shape, 1), len(indices))
+    _check_room(out, len(indices), sample_shape, chunk_n, size)
+    with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
+        inputs = store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8, chunk_n=chunk_n)
         buffer = np.empty((chunk_n, *sample_shape), np.uint8)
         kept_labels: list[int] = []
         written = filled = 0
         for position in range(first_pos, len(indices)):
             index = int(indices[position])
-            if position == first_pos:
-                image = first
-            else:
-                try:
-                    image = to_image(source.read(index), size, channels)
-                except BadSample as exc:
-                    if not skip_bad:
-                        raise InputError(str(exc)) from None
-                    skipped.append(source.item_name(index))
-                    if progress:
-                        progress(1)
-                    continue
+            name = source.item_name(index)
+            try:
+                image = fit(first, size) if position == first_pos else to_image(source.read(index), size, channels, name)
+            except BadSample as exc:
+                if not skip_bad:
+                    raise InputError(str(exc)) from None
+                skipped.append(name)
+                if progress:
+                    progress(1)
+                continue
             if image.shape != sample_shape:
-                raise InputError(f"{source.item_name(index)}: size {list(image.shape)} differs from the first "
-                                 f"sample's {list(sample_shape)}; pass --size HxW to resize")
+                raise InputError(_mismatch(name, image.shape, sample_shape))
             buffer[filled] = image
             filled += 1
             if source.labels is not None:
@@ -135,7 +182,7 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
         )
         store.write_group(tmp, attributes)
     summary: dict[str, Any] = {
-        "path": str(out),
+        "path": store.utf8_text(str(out)),
         "shape": [written, *sample_shape],
         "dtype": "uint8",
         "labelled": source.labels is not None,
@@ -148,13 +195,38 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     return summary
 
 
-def _first_good(source: Source, indices: np.ndarray, size, channels, skip_bad: bool,
+def _check_room(out: str | Path, count: int, sample_shape: tuple[int, ...], chunk_n: int,
+                size: tuple[int, int] | None) -> None:
+    """InputError unless `count` samples of uint8 `sample_shape` fit on the disk of `out` and the
+    write fits in memory. Disk counts the raw size: zstd rarely shrinks natural images much, and
+    noise not at all."""
+    sample_bytes = int(np.prod(sample_shape))
+    disk = count * sample_bytes + 4 * count  # inputs + int32 labels
+    memory = CHUNKS_IN_MEMORY * chunk_n * sample_bytes + SAMPLES_IN_MEMORY * sample_bytes
+    shape = "x".join(map(str, sample_shape))
+    smaller = f"a --size smaller than {size[0]}x{size[1]}" if size else "a smaller --size"
+    store.check_room(out, disk, memory, f"{count} samples of {shape} bytes, uncompressed; pass {smaller}, "
+                     "--limit, or write to another disk", f"one sample is {shape} bytes; pass {smaller}")
+
+
+def _mismatch(name: str, shape: tuple[int, ...], expected: tuple[int, ...]) -> str:
+    """The error for a sample whose shape differs from the first one's, with the option that fixes it."""
+    if shape[-1] != expected[-1]:
+        return (f"{name}: {shape[-1]} channel(s) but the first sample has {expected[-1]}; pass --channels 1 "
+                "or --channels 3 to convert every sample")
+    return (f"{name}: size {list(shape)} differs from the first sample's {list(expected)}; pass --size HxW "
+            "to resize")
+
+
+def _first_good(source: Source, indices: np.ndarray, channels: int | None, skip_bad: bool,
                 skipped: list[str]) -> tuple[np.ndarray, int]:
+    """The first decodable sample at its own size (`to_pixels`) and its position in `indices`."""
     for position, index in enumerate(indices):
+        name = source.item_name(int(index))
         try:
-            return to_image(source.read(int(index)), size, channels), position
+            return to_pixels(source.read(int(index)), channels, name), position
         except BadSample as exc:
             if not skip_bad:
                 raise InputError(str(exc)) from None
-            skipped.append(source.item_name(int(index)))
+            skipped.append(name)
     raise InputError(f"{source.description}: every sample was unreadable")

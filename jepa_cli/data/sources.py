@@ -39,6 +39,7 @@ class Source:
     item_name: Callable[[int], str]  # index -> name used in error messages
     labels: np.ndarray | None = None  # int32 [count]
     class_names: list[str] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)  # the files and folders it reads (an output must avoid them)
 
 
 def open_source(spec: str, labels_path: str | None = None) -> Source:
@@ -58,11 +59,13 @@ def open_source(spec: str, labels_path: str | None = None) -> Source:
     if name.endswith(".npz"):
         source = _npz(path)
     elif name.endswith(".npy"):
-        source = _array_source(path, np.load(path, mmap_mode="r"), str(path))
+        source = _array_source(path, load_npy(path), str(path))
     else:
         source = _array_source(path, read_idx(path), str(path))
+    source.paths = [path]
     if labels_path is not None:
         source.labels, source.class_names = _labels_with_names(load_labels(labels_path), labels_path)
+        source.paths.append(Path(labels_path))
     if source.labels is not None and len(source.labels) != source.count:
         where = labels_path or str(path)
         raise InputError(f"{where}: {len(source.labels)} labels for {source.count} samples")
@@ -115,26 +118,57 @@ def _list_images(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
 
 
+def load_npy(path: Path) -> np.ndarray:
+    """A .npy file, memory-mapped; InputError naming the file if it is truncated, not a .npy, or
+    holds Python objects (which would need pickle: never loaded)."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, OSError, EOFError, ... for a bad file
+        raise InputError(f"{path}: not a readable .npy file ({_one_line(exc)}); re-save it with numpy.save "
+                         "(numeric dtype)") from None
+    if not isinstance(array, np.ndarray):
+        raise InputError(f"{path}: not a .npy file (it looks like a .npz archive; name it .npz)")
+    return array
+
+
 def _npz(path: Path) -> Source:
     try:
-        archive = np.load(path)
+        archive = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{path}: cannot read .npz ({exc})") from None
+        raise InputError(f"{path}: cannot read .npz ({_one_line(exc)})") from None
+    if not hasattr(archive, "keys"):
+        raise InputError(f"{path}: not a .npz archive (it looks like a .npy file; name it .npy)")
     keys = list(archive.keys())
     image_key = next((k for k in ("inputs", "images", "x", "x_train", "data") if k in keys),
                      next((k for k in keys if k not in ("labels", "y", "targets")), None))
     if image_key is None:
         raise InputError(f"{path}: no image array in the .npz (keys: {', '.join(keys)})")
-    source = _array_source(path, archive[image_key], f"{path}[{image_key}]")
+    source = _array_source(path, _npz_member(archive, path, image_key), f"{path}[{image_key}]")
     label_key = next((k for k in ("labels", "y", "targets", "y_train") if k in keys), None)
     if label_key is not None:
-        source.labels, source.class_names = _labels_with_names(archive[label_key], f"{path}[{label_key}]")
+        source.labels, source.class_names = _labels_with_names(_npz_member(archive, path, label_key),
+                                                               f"{path}[{label_key}]")
     return source
+
+
+def _npz_member(archive, path: Path, key: str) -> np.ndarray:
+    """One array of a .npz; InputError naming the file and key if it is truncated, corrupt or holds objects."""
+    try:
+        return archive[key]
+    except Exception as exc:  # noqa: BLE001 - zipfile, zlib and numpy errors alike
+        raise InputError(f"{path}[{key}]: cannot read this array of the .npz ({_one_line(exc)}); re-save it "
+                         "with numpy.savez (numeric dtypes)") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
 
 
 def _array_source(path: Path, array: np.ndarray, description: str) -> Source:
     if array.ndim not in (3, 4) or (array.ndim == 4 and array.shape[-1] not in (1, 3, 4)):
         raise InputError(f"{path}: expected images [N, H, W] or [N, H, W, C] with C in 1, 3, 4; got shape {list(array.shape)}")
+    if not (array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise InputError(f"{path}: pixels must be numbers (bool, integer or float), got dtype {array.dtype}")
 
     def read(i: int) -> np.ndarray:
         return to_uint8(np.asarray(array[i]), f"{path}[{i}]")
@@ -143,20 +177,29 @@ def _array_source(path: Path, array: np.ndarray, description: str) -> Source:
 
 
 def to_uint8(sample: np.ndarray, name: str) -> np.ndarray:
-    """Pixels as uint8: integers in [0, 255] pass, floats in [0, 1] are scaled by 255."""
+    """Pixels as uint8, scaled by the range their dtype stands for (docs/formats.md, "Pixel values").
+
+    uint8 passes; bool: x 255; uint16 (16-bit pixels): round(v / 257); other integers must lie in
+    [0, 255] and pass; floats must be finite and in [0, 1]: round(v * 255). Anything else is a
+    BadSample naming `name`.
+    """
     if sample.dtype == np.uint8:
         return sample
     if sample.dtype == np.bool_:
         return sample.astype(np.uint8) * 255
+    if sample.dtype == np.uint16:  # 65535 / 257 = 255 exactly
+        return np.round(sample / 257.0).astype(np.uint8)
     if np.issubdtype(sample.dtype, np.integer):
         if sample.size and (sample.min() < 0 or sample.max() > 255):
-            raise InputError(f"{name}: integer pixels outside [0, 255]")
+            raise BadSample(f"{name}: integer pixels outside [0, 255] (min {sample.min()}, max {sample.max()}); "
+                            "store 8-bit values as uint8 or 16-bit values as uint16")
         return sample.astype(np.uint8)
     if np.issubdtype(sample.dtype, np.floating):
         if sample.size and (not np.isfinite(sample).all() or sample.min() < 0 or sample.max() > 1):
-            raise InputError(f"{name}: float pixels must lie in [0, 1]")
+            raise BadSample(f"{name}: float pixels must be finite and lie in [0, 1] (min {sample.min():g}, "
+                            f"max {sample.max():g}); rescale them first")
         return np.round(sample * 255.0).astype(np.uint8)
-    raise InputError(f"{name}: unsupported pixel dtype {sample.dtype}")
+    raise BadSample(f"{name}: unsupported pixel dtype {sample.dtype}")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -188,9 +231,12 @@ def load_labels(path_str: str) -> np.ndarray:
         raise InputError(f"{path}: no such file or directory")
     name = path.name.lower()
     if name.endswith(".npy"):
-        labels = np.load(path)
+        labels = load_npy(path)
     elif name.endswith(".txt"):
-        labels = np.loadtxt(path, dtype=np.int64, ndmin=1)
+        try:
+            labels = np.loadtxt(path, dtype=np.int64, ndmin=1)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: not a text file of integer labels, one per line ({_one_line(exc)})") from None
     else:
         labels = read_idx(path)
     if labels.ndim != 1:

@@ -7,13 +7,17 @@ Every subcommand reads and writes through this module, so the on-disk contract
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -22,48 +26,216 @@ from jepa_cli.errors import InputError, raise_terminated
 
 GROUP_METADATA = "zarr.json"
 DEFAULT_CHUNK_BYTES = 4 << 20  # aim for ~4 MiB chunks along the sample axis
+PARTIAL_PREFIX = ".{name}.partial-"  # + 8 hex digits: the temporary sibling of an atomic write
+AT_FDCWD, RENAME_NOREPLACE = -100, 1  # linux/fcntl.h, linux/fs.h
 
 
-def check_output(path: str | os.PathLike, force: bool) -> Path:
-    """Refuses an existing output unless `force`; returns the path."""
+def check_output(path: str | os.PathLike, force: bool, kind: str,
+                 inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Refuses an output that would destroy data; returns the path.
+
+    Refused: an output that is, contains or lies inside one of `inputs` (symlinks and relative
+    paths resolved); an existing output without `force`; with `force`, anything but a jepa
+    artifact of the same `kind` (its `jepa_kind`), e.g. a user's folder, a file or a run.
+    """
     path = Path(path)
-    if path.exists() and not force:
-        raise InputError(f"{path}: already exists (use --force to overwrite)")
-    if not path.parent.exists():
+    check_disjoint(path, inputs)
+    if not path.parent.is_dir():
         raise InputError(f"{path.parent}: output directory does not exist")
+    if os.path.lexists(path):
+        if not force:
+            raise InputError(f"{path}: already exists (use --force to overwrite)")
+        check_replaceable(path, kind)
     return path
 
 
-@contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, force: bool = False) -> Iterator[Path]:
-    """Yields a temporary sibling of `path`; renames it into place only if the block succeeds.
+def check_disjoint(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
+    """InputError if `output` is, contains or lies inside one of `inputs` (writing it would delete
+    or mix into an input)."""
+    out = Path(output).resolve()
+    for given in inputs:
+        source = Path(given).resolve()
+        if out == source:
+            relation = "is the input"
+        elif source in out.parents:
+            relation = "lies inside the input"
+        elif out in source.parents:
+            relation = "contains the input"
+        else:
+            continue
+        raise InputError(f"{output}: the output {relation} {given}; choose an output outside every input")
 
-    An exception, SIGINT or SIGTERM inside the block removes the temporary directory, so a
-    failed or interrupted write never leaves `path` behind (nor damages an existing one).
+
+def check_replaceable(path: str | os.PathLike, kind: str, shown: str | os.PathLike | None = None) -> None:
+    """InputError unless `path` is a directory holding a jepa artifact of `kind`: what `--force` may
+    replace. `shown` is the path named in the message (default `path`)."""
+    path = Path(path)
+    shown = shown or path
+    advice = f"--force replaces only a jepa {kind}; remove it yourself or choose another output"
+    if path.is_symlink():
+        raise InputError(f"{shown}: is a symbolic link, not a jepa {kind}; {advice}")
+    if not path.is_dir():
+        raise InputError(f"{shown}: is a file, not a jepa {kind}; {advice}")
+    try:
+        found = read_attributes(path).get("jepa_kind")
+    except InputError:
+        found = None
+    if found != kind:
+        what = f"a jepa {found}" if isinstance(found, str) else "not written by jepa"
+        raise InputError(f"{shown}: is {what}, not a jepa {kind}; {advice}")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: Iterable[str | os.PathLike] = (),
+                     log: Callable[[str], None] | None = None) -> Iterator[Path]:
+    """Yields a temporary sibling of `path`; moves it into place only if the block succeeds.
+
+    The output is checked first (`check_output`). Stale partials of earlier writes of `path` whose
+    writer is gone are removed (each reported through `log`). The temporary directory is locked
+    for this process's lifetime (`flock`, released by the kernel even on SIGKILL), which is how a
+    later writer knows it is stale. An exception, SIGINT or SIGTERM inside the block removes it, so
+    a failed or interrupted write never leaves `path` behind (nor damages an existing one).
     """
-    final = check_output(path, force)
-    tmp = final.with_name(f".{final.name}.partial-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
+    final = check_output(path, force, kind, inputs)
+    with _directory_lock(final.parent):
+        for message in remove_stale_partials(final):
+            if log:
+                log(message)
+        tmp = final.with_name(f"{PARTIAL_PREFIX.format(name=final.name)}{uuid.uuid4().hex[:8]}")
+        tmp.mkdir()
+        lock = _lock_directory(tmp)
     previous = _raise_on_sigterm()
     try:
         yield tmp
-        move_into_place(tmp, final)
+        move_into_place(tmp, final, force, kind)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
 
 
-def move_into_place(tmp: Path, final: Path) -> None:
-    """Renames the finished directory `tmp` to `final`; an existing `final` is swapped out, then removed."""
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+def remove_stale_partials(final: str | os.PathLike) -> list[str]:
+    """Removes what interrupted writes of `final` left behind; returns one message per removal.
+
+    `.NAME.partial-XXXXXXXX/` is removed when no process holds its lock (its writer is gone, even
+    if killed with SIGKILL); a live writer's partial is kept. `.NAME.old-XXXXXXXX/`, an output that a
+    `--force` swap replaced, is removed when NAME exists (the swap completed). encode-latents'
+    resumable `.NAME.partial/` does not match and is kept on purpose.
+    """
+    final = Path(final)
+    partial = re.compile(re.escape(PARTIAL_PREFIX.format(name=final.name)) + "[0-9a-f]{8}")
+    swapped = re.compile(re.escape(f".{final.name}.old-") + "[0-9a-f]{8}")
+    messages = []
+    for entry in sorted(final.parent.iterdir()):
+        if partial.fullmatch(entry.name):
+            lock = _lock_directory(entry)
+            if lock is None:  # a live writer holds it (or the file system cannot tell): keep it
+                continue
+            try:
+                shutil.rmtree(entry, ignore_errors=True)
+            finally:
+                os.close(lock)
+            messages.append(f"removed {entry}, left by an interrupted write whose process is gone")
+        elif swapped.fullmatch(entry.name) and final.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+            messages.append(f"removed {entry}, an output replaced by an interrupted --force write")
+    return messages
+
+
+def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
+    """Renames the finished directory `tmp` to `final`, never over something that appeared meanwhile.
+
+    Without `force` an existing `final` is an InputError (the check and the rename are one atomic
+    step, so of two concurrent writers exactly one wins). With `force` an existing `final` is
+    checked again (`check_replaceable`, at move time), swapped out, and removed once `tmp` is in place.
+    """
+    try:
+        rename_no_replace(tmp, final)
+        return
+    except FileExistsError:
+        if not force:
+            raise InputError(f"{final}: already exists (another process wrote it while this command ran; "
+                             "use --force to overwrite)") from None
+    trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+    try:
         os.rename(final, trash)
-        os.rename(tmp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
+    except FileNotFoundError:  # removed meanwhile: nothing to swap out
+        return move_into_place(tmp, final, force=False, kind=kind)
+    try:
+        check_replaceable(trash, kind, shown=final)  # what was there at move time, now ours alone
+        rename_no_replace(tmp, final)
+    except BaseException as exc:  # also SIGINT/SIGTERM: put the previous output back
+        try:
+            rename_no_replace(trash, final)
+        except OSError:
+            raise InputError(f"{final}: another process wrote it while this command ran; the output it "
+                             f"replaced is kept in {trash}") from None
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def rename_no_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Renames `src` to `dst`; FileExistsError if `dst` exists, even an empty directory.
+
+    Linux: one atomic renameat2(RENAME_NOREPLACE). Elsewhere, or on a file system without it: the
+    check and os.rename under an flock of the parent directory, which excludes other jepa writers.
+    """
+    if _renameat2 is not None:
+        done = _renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE)
+        if done == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # EINVAL: the file system lacks the flag
+            raise OSError(err, os.strerror(err), str(src), None, str(dst))
+    with _directory_lock(Path(dst).parent):
+        if os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+        os.rename(src, dst)
+
+
+def _load_renameat2():
+    """libc's renameat2, or None where there is none (not Linux, old glibc)."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_renameat2 = _load_renameat2()
+
+
+def _lock_directory(path: Path) -> int | None:
+    """An open descriptor of directory `path` holding its exclusive flock, or None if another open
+    file holds it (or the file system cannot lock). The kernel drops the lock when the process dies."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def _directory_lock(path: Path) -> Iterator[None]:
+    """Holds a blocking flock of directory `path` (serialises jepa writers in one output folder);
+    proceeds unlocked on a file system that cannot lock."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _raise_on_sigterm():
@@ -76,27 +248,54 @@ def _raise_on_sigterm():
 
 
 def write_group(path: str | os.PathLike, attributes: dict[str, Any]) -> None:
-    """Writes (or replaces) the zarr v3 group metadata with `attributes` at `path`."""
+    """Writes (or replaces) the zarr v3 group metadata with `attributes` at `path`.
+
+    Strings pass through `utf8_text`, so file names that are not UTF-8 never reach the file as
+    lone surrogates."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    meta = {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+    meta = {"zarr_format": 3, "node_type": "group", "attributes": utf8_text(attributes)}
     tmp = path / (GROUP_METADATA + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
     os.replace(tmp, path / GROUP_METADATA)
 
 
+def utf8_text(value: Any) -> Any:
+    """`value` with every string (in nested dicts, lists and tuples too) made valid UTF-8.
+
+    A file name that is not valid UTF-8 reaches Python with its bad bytes as lone surrogates
+    (surrogateescape); each such byte becomes the four characters `\\xNN`, so `caf\\xe9` stands
+    for the Latin-1 name b"caf\\xe9". Valid names are unchanged.
+    """
+    if isinstance(value, str):
+        try:
+            raw = os.fsencode(value)
+        except UnicodeEncodeError:  # a lone surrogate that no file name produced
+            raw = value.encode("utf-8", "replace")
+        return raw.decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {utf8_text(k): utf8_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [utf8_text(v) for v in value]
+    return value
+
+
 def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
-    """The attributes of the zarr v3 group at `path`; InputError if it is not one."""
+    """The attributes of the zarr v3 group at `path`; InputError if it is not one or is damaged."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     meta_path = path / GROUP_METADATA
+    if not meta_path.is_file():
+        raise InputError(f"{path}: not a zarr v3 group (no {GROUP_METADATA})")
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError):
-        raise InputError(f"{path}: not a zarr v3 group (no readable {GROUP_METADATA})") from None
-    if meta.get("node_type") != "group":
-        raise InputError(f"{path}: not a zarr v3 group")
+        meta = json.loads(meta_path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{meta_path}: corrupt group metadata ({_first_line(exc)}); re-create it with the "
+                         "command that wrote it (e.g. jepa ingest ... --force)") from None
+    if not isinstance(meta, dict) or meta.get("node_type") != "group" or not isinstance(meta.get("attributes", {}), dict):
+        raise InputError(f"{meta_path}: not zarr v3 group metadata; re-create it with the command that "
+                         "wrote it (e.g. jepa ingest ... --force)")
     return meta.get("attributes", {})
 
 
@@ -159,7 +358,8 @@ def write_array(path: str | os.PathLike, array: np.ndarray, chunk_n: int | None 
 
 
 def open_array(path: str | os.PathLike, write: bool = False):
-    """Opens an existing zarr v3 array with TensorStore; InputError if it is missing."""
+    """Opens an existing zarr v3 array with TensorStore; InputError if it is missing or its
+    metadata is damaged."""
     import tensorstore as ts
 
     path = Path(path)
@@ -169,12 +369,91 @@ def open_array(path: str | os.PathLike, write: bool = False):
     try:
         return ts.open(spec, read=True, write=write).result()
     except ValueError as exc:
-        raise InputError(f"{path}: cannot open as a zarr v3 array ({exc})") from None
+        where = path / "zarr.json" if "zarr.json" in str(exc) else path
+        raise InputError(f"{where}: cannot open as a zarr v3 array ({_tensorstore_reason(exc)}); re-create "
+                         "it with the command that wrote it (e.g. jepa ingest ... --force)") from None
+
+
+def read(array, rows: slice | None = None) -> np.ndarray:
+    """`array[rows]` (all of it by default) of an open TensorStore array, in memory.
+
+    A damaged chunk (truncated, or not valid zstd) is an InputError naming the array and the
+    chunk file, instead of TensorStore's status dump. Every reader of a dataset reads through here.
+    """
+    try:
+        return (array if rows is None else array[rows]).read().result()
+    except ValueError as exc:
+        where = array.kvstore.path.rstrip("/")
+        chunk = re.search(r'Error reading local file "([^"]+)"', str(exc))
+        if chunk is None:
+            raise InputError(f"{where}: cannot read ({_tensorstore_reason(exc)})") from None
+        key = os.path.relpath(chunk.group(1), where)
+        raise InputError(f"{where}: chunk {key} is damaged ({_tensorstore_reason(exc)}); re-create the "
+                         "dataset with the command that wrote it (e.g. jepa ingest ... --force)") from None
+
+
+def _tensorstore_reason(exc: Exception) -> str:
+    """TensorStore's message without its status code, file name and spec dump: the cause only."""
+    text = re.sub(r"\s*\[tensorstore_spec=.*", "", str(exc), flags=re.S)
+    text = re.sub(r'^[A-Z_]+: ', "", text)
+    text = re.sub(r'Error opening "\w+" driver: ', "", text)
+    text = re.sub(r'Error reading [^:]*"[^"]*": ', "", text)
+    return _first_line(text)
+
+
+def _first_line(value: Any) -> str:
+    return " ".join(str(value).split())[:300]
 
 
 def read_array(path: str | os.PathLike) -> np.ndarray:
     """Reads a whole zarr v3 array into memory."""
-    return open_array(path).read().result()
+    return read(open_array(path))
+
+
+def check_room(output: str | os.PathLike, disk: int, memory: int, disk_hint: str, memory_hint: str) -> None:
+    """InputError if writing `output` needs more than the free disk of its folder (`disk` bytes) or
+    the memory this process can still get (`memory` bytes); the message gives both figures and a hint."""
+    output = Path(output)
+    free_memory = available_memory()
+    if free_memory is not None and memory > free_memory:
+        raise InputError(f"{output}: needs about {format_bytes(memory)} of memory but {format_bytes(free_memory)} "
+                         f"is available; {memory_hint}")
+    free_disk = shutil.disk_usage(output.parent).free
+    if disk > free_disk:
+        raise InputError(f"{output}: needs about {format_bytes(disk)} of disk but {format_bytes(free_disk)} is "
+                         f"free in {output.parent}; {disk_hint}")
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate without swapping, or None where unknown.
+
+    Linux: MemAvailable (free memory plus reclaimable caches), capped by the cgroup's limit less
+    its usage (containers); elsewhere free pages from os.sysconf.
+    """
+    found = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo") as meminfo:
+            found = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    if found is None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        with contextlib.suppress(OSError, ValueError):
+            room = int(Path(limit_file).read_text()) - int(Path(usage_file).read_text())  # "max" -> ValueError
+            found = room if found is None else min(found, room)
+            break
+    return found
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    power = 0
+    while abs(n) >= 1024 and power < len(units) - 1:
+        n, power = n / 1024, power + 1
+    return f"{n:.0f} B" if power == 0 else f"{n:.1f} {units[power]}"
 
 
 def resize_first_axis(store, n: int):

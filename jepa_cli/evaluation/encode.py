@@ -129,7 +129,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     source, output = Path(source), Path(output)
-    store.check_output(output, force)
+    store.check_output(output, force, "dataset", [source])
     src_attrs = store.read_attributes(source)
     if src_attrs.get("jepa_kind", "dataset") != "dataset" or not (source / "inputs").exists():
         raise InputError(f"{source}: not a dataset (needs an 'inputs' array)")
@@ -243,9 +243,7 @@ def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int,
 
 
 def _rename_into_place(tmp: Path, output: Path, force: bool) -> None:
-    if output.exists() and not force:
-        raise InputError(f"{output}: already exists (use --force to overwrite)")
-    store.move_into_place(tmp, output)
+    store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
 
 
 # -- from a training run -------------------------------------------------------------------------
@@ -278,7 +276,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         raise InputError(f"--layers must be one of {', '.join(LAYERS)}, got {layers!r}")
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
-    store.check_output(output, force)  # fail before loading anything
+    store.check_output(output, force, "dataset", [source])  # fail before loading anything
     store.read_attributes(source)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,9 +44,11 @@ def attributes(config: MaskConfig, seed: int, batch: int) -> dict[str, Any]:
 
 
 def write_masks(path: str | os.PathLike, config: MaskConfig, context: np.ndarray, targets: np.ndarray,
-                seed: int, force: bool = False) -> Path:
-    """Writes dense masks (on-disk layout) and their attributes atomically; returns the path."""
-    with store.atomic_directory(path, force=force) as tmp:
+                seed: int, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """Writes dense masks (on-disk layout) and their attributes atomically; returns the path.
+
+    `force` replaces only an existing mask file; `log` receives notes (stale partials removed)."""
+    with store.atomic_directory(path, force, KIND, log=log) as tmp:
         store.write_group(tmp, attributes(config, seed, context.shape[0]))
         store.write_array(tmp / "context", np.asarray(context, bool))
         store.write_array(tmp / "targets", np.asarray(targets, bool))
