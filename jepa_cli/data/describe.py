@@ -42,12 +42,13 @@ def describe(path: str | Path) -> dict[str, Any]:
 
 def array_summary(path: Path) -> dict[str, Any]:
     """Shape, dtype and chunking of one zarr v3 array, from its metadata alone."""
-    import json
-
-    meta = json.loads((path / "zarr.json").read_text())
-    chunk = meta["chunk_grid"]["configuration"]["chunk_shape"]
-    codecs = [c["name"] for c in meta.get("codecs", [])]
-    return {"shape": meta["shape"], "dtype": meta["data_type"], "chunks": chunk, "codecs": codecs}
+    meta = store.read_metadata(path, "array")
+    try:
+        chunk = meta["chunk_grid"]["configuration"]["chunk_shape"]
+        codecs = [c["name"] for c in meta.get("codecs", [])]
+        return {"shape": meta["shape"], "dtype": meta["data_type"], "chunks": chunk, "codecs": codecs}
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{path / 'zarr.json'}: incomplete array metadata (no {exc}); {store.REWRITE}") from None
 
 
 def describe_dataset(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
@@ -54,7 +55,9 @@ def open_source(spec: str, labels_path: str | None = None) -> Source:
     if path.is_dir():
         if labels_path:
             raise InputError("--labels does not apply to an image folder (labels come from its subfolders)")
-        return _image_folder(path)
+        source = _image_folder(path)
+        source.paths = [path]
+        return source
     name = path.name.lower()
     if name.endswith(".npz"):
         source = _npz(path)
@@ -108,10 +111,12 @@ def _image_folder(root: Path) -> Source:
             image = Image.open(files[i])
             image.load()
         except Exception as exc:  # noqa: BLE001 - Pillow raises many kinds for a corrupt file
-            raise BadSample(f"{files[i]}: cannot decode image ({type(exc).__name__}: {exc})") from None
+            raise BadSample(utf8_text(f"{files[i]}: cannot decode image ({type(exc).__name__}: {exc})")) from None
         return image
 
-    return Source(str(root), len(files), read, lambda i: str(files[i]), label_array, class_names)
+    # names as UTF-8 (store.utf8_text): they reach attributes, --json and error messages
+    return Source(utf8_text(str(root)), len(files), read, lambda i: utf8_text(str(files[i])), label_array,
+                  utf8_text(class_names))
 
 
 def _list_images(folder: Path) -> list[Path]:

@@ -28,6 +28,7 @@ GROUP_METADATA = "zarr.json"
 DEFAULT_CHUNK_BYTES = 4 << 20  # aim for ~4 MiB chunks along the sample axis
 PARTIAL_PREFIX = ".{name}.partial-"  # + 8 hex digits: the temporary sibling of an atomic write
 AT_FDCWD, RENAME_NOREPLACE = -100, 1  # linux/fcntl.h, linux/fs.h
+REWRITE = "re-create it with the command that wrote it (e.g. jepa ingest ... --force)"  # the fix for damage
 
 
 def check_output(path: str | os.PathLike, force: bool, kind: str,
@@ -40,6 +41,7 @@ def check_output(path: str | os.PathLike, force: bool, kind: str,
     """
     path = Path(path)
     check_disjoint(path, inputs)
+    _check_utf8(path)
     if not path.parent.is_dir():
         raise InputError(f"{path.parent}: output directory does not exist")
     if os.path.lexists(path):
@@ -71,18 +73,19 @@ def check_replaceable(path: str | os.PathLike, kind: str, shown: str | os.PathLi
     replace. `shown` is the path named in the message (default `path`)."""
     path = Path(path)
     shown = shown or path
-    advice = f"--force replaces only a jepa {kind}; remove it yourself or choose another output"
+    advice = (f"--force replaces only an output of the same kind (jepa_kind {kind!r}); remove it yourself "
+              "or choose another output")
     if path.is_symlink():
-        raise InputError(f"{shown}: is a symbolic link, not a jepa {kind}; {advice}")
+        raise InputError(f"{shown}: is a symbolic link; {advice}")
     if not path.is_dir():
-        raise InputError(f"{shown}: is a file, not a jepa {kind}; {advice}")
+        raise InputError(f"{shown}: is a file, not a jepa output; {advice}")
     try:
         found = read_attributes(path).get("jepa_kind")
     except InputError:
         found = None
     if found != kind:
-        what = f"a jepa {found}" if isinstance(found, str) else "not written by jepa"
-        raise InputError(f"{shown}: is {what}, not a jepa {kind}; {advice}")
+        what = f"holds jepa_kind {found!r}" if isinstance(found, str) else "is not a jepa output (no jepa_kind)"
+        raise InputError(f"{shown}: {what}; {advice}")
 
 
 @contextlib.contextmanager
@@ -282,21 +285,28 @@ def utf8_text(value: Any) -> Any:
 
 def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
     """The attributes of the zarr v3 group at `path`; InputError if it is not one or is damaged."""
+    meta = read_metadata(path, "group")
+    if not isinstance(meta.get("attributes", {}), dict):
+        raise InputError(f"{Path(path) / GROUP_METADATA}: its attributes are not a JSON object; {REWRITE}")
+    return meta.get("attributes", {})
+
+
+def read_metadata(path: str | os.PathLike, node_type: str) -> dict[str, Any]:
+    """The parsed zarr.json of the zarr v3 `node_type` ("group" or "array") at `path`; InputError
+    naming the file if it is missing, not JSON, or describes something else."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     meta_path = path / GROUP_METADATA
     if not meta_path.is_file():
-        raise InputError(f"{path}: not a zarr v3 group (no {GROUP_METADATA})")
+        raise InputError(f"{path}: not a zarr v3 {node_type} (no {GROUP_METADATA})")
     try:
         meta = json.loads(meta_path.read_bytes())
     except (OSError, ValueError) as exc:
-        raise InputError(f"{meta_path}: corrupt group metadata ({_first_line(exc)}); re-create it with the "
-                         "command that wrote it (e.g. jepa ingest ... --force)") from None
-    if not isinstance(meta, dict) or meta.get("node_type") != "group" or not isinstance(meta.get("attributes", {}), dict):
-        raise InputError(f"{meta_path}: not zarr v3 group metadata; re-create it with the command that "
-                         "wrote it (e.g. jepa ingest ... --force)")
-    return meta.get("attributes", {})
+        raise InputError(f"{meta_path}: corrupt zarr metadata ({_first_line(exc)}); {REWRITE}") from None
+    if not isinstance(meta, dict) or meta.get("node_type") != node_type:
+        raise InputError(f"{meta_path}: not the metadata of a zarr v3 {node_type}; {REWRITE}")
+    return meta
 
 
 def base_attributes(kind: str, **extra: Any) -> dict[str, Any]:
@@ -305,7 +315,18 @@ def base_attributes(kind: str, **extra: Any) -> dict[str, Any]:
 
 
 def _spec(path: Path) -> dict[str, Any]:
-    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(Path(path).resolve())}}
+    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": _check_utf8(path)}}
+
+
+def _check_utf8(path: str | os.PathLike) -> str:
+    """The absolute path as a str; InputError if it is not valid UTF-8 (TensorStore cannot address it)."""
+    absolute = str(Path(path).resolve())
+    try:
+        absolute.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{utf8_text(str(path))}: the path is not valid UTF-8, which TensorStore cannot open; "
+                         "rename it (file names inside an image folder may be anything)") from None
+    return absolute
 
 
 def chunk_rows(sample_shape: tuple[int, ...], itemsize: int, target_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
@@ -370,8 +391,7 @@ def open_array(path: str | os.PathLike, write: bool = False):
         return ts.open(spec, read=True, write=write).result()
     except ValueError as exc:
         where = path / "zarr.json" if "zarr.json" in str(exc) else path
-        raise InputError(f"{where}: cannot open as a zarr v3 array ({_tensorstore_reason(exc)}); re-create "
-                         "it with the command that wrote it (e.g. jepa ingest ... --force)") from None
+        raise InputError(f"{where}: cannot open as a zarr v3 array ({_tensorstore_reason(exc)}); {REWRITE}") from None
 
 
 def read(array, rows: slice | None = None) -> np.ndarray:
@@ -388,8 +408,7 @@ def read(array, rows: slice | None = None) -> np.ndarray:
         if chunk is None:
             raise InputError(f"{where}: cannot read ({_tensorstore_reason(exc)})") from None
         key = os.path.relpath(chunk.group(1), where)
-        raise InputError(f"{where}: chunk {key} is damaged ({_tensorstore_reason(exc)}); re-create the "
-                         "dataset with the command that wrote it (e.g. jepa ingest ... --force)") from None
+        raise InputError(f"{where}: chunk {key} is damaged ({_tensorstore_reason(exc)}); {REWRITE}") from None
 
 
 def _tensorstore_reason(exc: Exception) -> str:
