@@ -282,3 +282,104 @@ def test_killed_ingest_leaves_no_output_directory(tmp_path):
     process.kill()
     process.wait(timeout=60)
     assert not out.exists()
+
+
+# --- pixel values: every Pillow mode a folder can hold, scaled by its real range ---------------------
+
+def saved(tmp_path: Path, image: Image.Image, suffix: str) -> Image.Image:
+    """`image` written to and read back from a file, as a folder of images would hold it."""
+    path = tmp_path / f"{image.mode.replace(';', '_')}{suffix}"
+    image.save(path)
+    reopened = Image.open(path)
+    reopened.load()
+    return reopened
+
+
+def pixels(image: Image.Image, channels=None) -> list:
+    from jepa_cli.data.ingest import to_image
+
+    return to_image(image, None, channels, "x.png")[0, :, :].tolist()
+
+
+def test_one_bit_images_become_0_and_255(tmp_path):
+    image = saved(tmp_path, Image.fromarray(np.array([[True, False]])), ".png")
+    assert image.mode == "1" and pixels(image) == [[255], [0]]
+
+
+@pytest.mark.parametrize("mode, value, suffix", [("L", 77, ".png"), ("LA", (77, 9), ".png"), ("PA", (0, 9), ".tif")])
+def test_gray_images_keep_their_8_bit_values(tmp_path, mode, value, suffix):
+    image = Image.new(mode, (2, 1), value)
+    if mode == "PA":
+        image.putpalette([77, 77, 77] * 256)
+    image = saved(tmp_path, image, suffix)
+    assert image.mode == mode
+    assert pixels(image, channels=1) == [[77], [77]]
+
+
+@pytest.mark.parametrize("mode, value, suffix, rgb", [
+    ("RGB", (10, 20, 30), ".png", [10, 20, 30]),
+    ("RGBA", (10, 20, 30, 0), ".png", [10, 20, 30]),  # alpha dropped, colour kept
+    ("CMYK", (255, 0, 0, 0), ".tif", [0, 255, 255]),  # full cyan
+    ("YCbCr", (128, 128, 128), ".tif", [128, 128, 128]),  # neutral gray
+])
+def test_colour_images_convert_to_rgb(tmp_path, mode, value, suffix, rgb):
+    image = saved(tmp_path, Image.new(mode, (2, 1), value), suffix)
+    assert image.mode == mode
+    assert pixels(image) == [rgb, rgb]
+
+
+def test_palette_images_take_their_palette_colours(tmp_path):
+    image = Image.new("P", (2, 1), 1)
+    image.putpalette([0, 0, 0, 200, 100, 50] + [0] * 762)
+    assert pixels(saved(tmp_path, image, ".png")) == [[200, 100, 50]] * 2
+
+
+@pytest.mark.parametrize("mode, suffix", [("I;16", ".png"), ("I;16B", ".tif"), ("I", ".tif")])
+def test_16_bit_images_are_divided_by_257_not_saturated(tmp_path, mode, suffix):
+    values = np.array([[0, 1000, 32896, 65535]], np.uint16)  # 1000 / 257 = 3.89, 32896 / 257 = 128
+    image = Image.fromarray(values).convert("I") if mode == "I" else Image.fromarray(values)
+    if mode == "I;16B":
+        image = Image.frombytes("I;16B", (4, 1), values.astype(">u2").tobytes())
+    image = saved(tmp_path, image, suffix)
+    assert image.mode == mode
+    assert pixels(image) == [[0], [4], [128], [255]]
+
+
+def test_float_images_in_0_1_are_scaled_by_255(tmp_path):
+    image = saved(tmp_path, Image.fromarray(np.array([[0.0, 0.5, 1.0]], np.float32)), ".tif")
+    assert image.mode == "F" and pixels(image) == [[0], [128], [255]]
+
+
+@pytest.mark.parametrize("image, problem", [
+    (Image.fromarray(np.array([[0.0, 1.5]], np.float32)), "float pixels must be finite and lie in \\[0, 1\\]"),
+    (Image.fromarray(np.array([[0.0, np.nan]], np.float32)), "float pixels must be finite"),
+    (Image.fromarray(np.array([[0, 70000]], np.int32)), "32-bit integer pixels outside \\[0, 65535\\]"),
+    (Image.new("LAB", (2, 1)), "Pillow mode LAB is not supported"),
+])
+def test_pixels_without_a_known_range_are_refused_naming_the_file(image, problem):
+    from jepa_cli.data.ingest import to_image
+    from jepa_cli.data.sources import BadSample
+
+    with pytest.raises(BadSample, match=f"^x.png: {problem}"):
+        to_image(image, None, None, "x.png")
+
+
+@pytest.mark.parametrize("array, expected", [
+    (np.array([[0, 257, 65535]], np.uint16), [0, 1, 255]),
+    (np.array([[0, 0.5, 1]], np.float32), [0, 128, 255]),
+    (np.array([[False, True, True]]), [0, 255, 255]),
+    (np.array([[0, 7, 255]], np.int64), [0, 7, 255]),
+])
+def test_array_pixels_are_scaled_by_their_dtype(tmp_path, run_cli, array, expected):
+    np.save(tmp_path / "x.npy", array[None])
+    assert run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr").exit_code == 0
+    assert read(tmp_path / "o.zarr" / "inputs").reshape(-1).tolist() == expected
+
+
+def test_a_folder_of_16_bit_and_float_images_keeps_their_brightness(run_cli, tmp_path):
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    Image.fromarray(np.full((2, 2), 51400, np.uint16)).save(folder / "a.png")  # 51400 / 257 = 200
+    Image.fromarray(np.full((2, 2), 0.8, np.float32)).save(folder / "b.tif")  # 0.8 * 255 = 204
+    assert run_cli("ingest", folder, tmp_path / "o.zarr").exit_code == 0
+    assert read(tmp_path / "o.zarr" / "inputs")[:, 0, 0, 0].tolist() == [200, 204]

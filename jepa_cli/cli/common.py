@@ -28,6 +28,13 @@ def stderr_console(quiet: bool = False):
     return Console(stderr=True, quiet=quiet)
 
 
+def stderr_log(quiet: bool = False) -> Callable[[str], None]:
+    """A `log` callback for library code: each message one plain line on stderr (no markup, no
+    wrapping), nothing with --quiet."""
+    console = stderr_console(quiet)
+    return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None] | str | None = None) -> None:
     """Prints a command's result: one JSON object with --json, else the human rendering on stdout."""
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, progress_bar, stderr_console
+from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, progress_bar, stderr_console, stderr_log
 
 
 def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
@@ -48,13 +48,12 @@ def command(source, out, labels_path, size, channels, split, test_fraction, seed
     from jepa_cli.data.sources import open_source
 
     opened = open_source(source, labels_path)
-    console = stderr_console(quiet)
     with progress_bar(f"ingest {source}", None, "files", quiet=quiet or as_json) as advance:
         summary = ingest(opened, out, size=parse_hxw(size, "--size"), channels=int(channels) if channels else None,
                          split=split, test_fraction=test_fraction, seed=seed, limit=limit, skip_bad=skip_bad,
-                         force=force, progress=advance, on_total=advance.set_total, log=lambda line: console.print(line, markup=False, highlight=False))
+                         force=force, progress=advance, on_total=advance.set_total, log=stderr_log(quiet))
     if summary["skipped"] and not as_json:
-        console.print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
+        stderr_console(quiet).print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} uint8"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
          + (f", skipped {summary['skipped']}" if summary["skipped"] else ""))

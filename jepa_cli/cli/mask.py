@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_console
+from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_console, stderr_log
 
 TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
                   "dark_orange", "purple", "deep_pink2", "gold1"]
@@ -115,8 +115,7 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     if stats:
         result["stats"] = summary
     if output is not None:
-        write_masks(output, config, context, targets, seed, force=force,
-                    log=lambda line: console.print(line, markup=False, highlight=False))
+        write_masks(output, config, context, targets, seed, force=force, log=stderr_log(quiet))
         result["output"] = str(output)
     if png_path is not None:
         write_png(png_path, config, context, targets, samples, images)

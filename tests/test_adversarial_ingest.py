@@ -1,0 +1,200 @@
+"""Hostile-user cases for dataset writes (`jepa ingest`, `jepa mask -o`) and dataset reads (issue 8):
+each refusal is one `jepa: error:` line, exit 2, and leaves every guarded path byte-identical."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from adversarial import expect_refusal, run_jepa
+from conftest import assert_user_error
+from jepa_cli.data import store
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    """A folder of two 4x4 gray images."""
+    root = tmp_path / "src"
+    root.mkdir()
+    for i in range(2):
+        Image.new("L", (4, 4), 40 * i).save(root / f"{i}.png")
+    return root
+
+
+def dataset(path: Path) -> Path:
+    """A minimal dataset directory (what --force may replace)."""
+    store.write_group(path, store.base_attributes("dataset"))
+    return path
+
+
+# --- data loss: an output never is, contains or lies inside an input ---------------------------------
+
+def test_ingest_onto_its_own_source_with_force_is_refused(tmp_path, src):
+    expect_refusal("ingest", src, src, "--force", guard=[tmp_path], fragments=[f"{src}: the output is the input"])
+
+
+def test_ingest_into_its_own_source_is_refused(tmp_path, src):
+    expect_refusal("ingest", src, src / "out.zarr", guard=[tmp_path], fragments=["lies inside the input", str(src)])
+
+
+def test_ingest_onto_a_folder_that_contains_its_source_is_refused(tmp_path, src):
+    expect_refusal("ingest", src, tmp_path, "--force", guard=[tmp_path], fragments=["contains the input", str(src)])
+
+
+def test_ingest_through_a_symlink_into_its_source_is_refused(tmp_path, src):
+    (tmp_path / "alias").symlink_to(src)
+    expect_refusal("ingest", src, tmp_path / "alias" / "out.zarr", guard=[tmp_path],
+                   fragments=["lies inside the input"])
+
+
+def test_ingest_onto_a_dataset_holding_its_labels_file_is_refused(tmp_path):
+    old = dataset(tmp_path / "old.zarr")
+    np.save(old / "labels.npy", np.array([0, 1]))
+    np.save(tmp_path / "x.npy", np.zeros((2, 4, 4), np.uint8))
+    expect_refusal("ingest", tmp_path / "x.npy", old, "--labels", old / "labels.npy", "--force", guard=[tmp_path],
+                   fragments=["contains the input", "labels.npy"])
+
+
+# --- data loss: --force replaces only an artifact of the same kind -------------------------------------
+
+def test_ingest_force_refuses_a_users_folder(tmp_path, src):
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "holiday.jpg").write_bytes(b"irreplaceable")
+    expect_refusal("ingest", src, tmp_path / "photos", "--force", guard=[tmp_path],
+                   fragments=[f"{tmp_path / 'photos'}: is not a jepa output", "jepa_kind 'dataset'"])
+
+
+def test_ingest_force_refuses_a_training_run(tmp_path, src):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"jepa_kind": "run"}))
+    expect_refusal("ingest", src, run, "--force", guard=[tmp_path], fragments=[str(run), "not a jepa output"])
+
+
+def test_ingest_force_refuses_a_mask_file(tmp_path, src):
+    store.write_group(tmp_path / "m.zarr", store.base_attributes("masks"))
+    expect_refusal("ingest", src, tmp_path / "m.zarr", "--force", guard=[tmp_path],
+                   fragments=["m.zarr: holds jepa_kind 'masks'"])
+
+
+def test_mask_force_refuses_a_dataset(tmp_path):
+    data = dataset(tmp_path / "d.zarr")
+    expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch", "2", "-o", data, "--force",
+                   guard=[tmp_path], fragments=["d.zarr: holds jepa_kind 'dataset'", "jepa_kind 'masks'"])
+
+
+def test_mask_output_inside_the_dataset_it_draws_is_refused(tmp_path):
+    data = dataset(tmp_path / "d.zarr")
+    expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch", "2", "-o", data / "m.zarr",
+                   "--png", tmp_path / "p.png", "--data", data, guard=[tmp_path], fragments=["lies inside the input"])
+
+
+# --- stale partials ------------------------------------------------------------------------------------
+
+def test_a_stale_partial_is_removed_by_the_next_ingest_which_says_so(tmp_path, src):
+    stale = tmp_path / ".out.zarr.partial-0123abcd"
+    stale.mkdir()
+    (stale / "inputs").write_bytes(b"\0" * 1000)
+    result = run_jepa("ingest", src, tmp_path / "out.zarr")
+    assert result.returncode == 0, result.stderr
+    assert f"removed {stale}, left by an interrupted write" in " ".join(result.stderr.decode().split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "src"]
+
+
+# --- resources and inconsistent inputs -------------------------------------------------------------------
+
+def test_a_size_that_cannot_fit_in_memory_is_refused_before_writing(tmp_path, src):
+    # one 10^6 x 10^6 gray sample is 0.9 TiB; writing one needs about 7 of them in memory
+    expect_refusal("ingest", src, tmp_path / "huge.zarr", "--size", "1000000x1000000", guard=[tmp_path],
+                   fragments=["huge.zarr: needs about 6.4 TiB of memory but", "pass a --size smaller than"])
+
+
+def test_size_with_mixed_channel_counts_names_channels(tmp_path, src):
+    Image.new("RGB", (4, 4)).save(src / "2.png")
+    expect_refusal("ingest", src, tmp_path / "o.zarr", "--size", "4x4", guard=[tmp_path],
+                   fragments=["2.png: 3 channel(s) but the first sample has 1", "--channels"])
+
+
+def test_a_float_tiff_outside_0_1_is_refused_naming_the_file(tmp_path, src):
+    Image.fromarray(np.full((4, 4), 3.5, np.float32)).save(src / "2.tif")
+    expect_refusal("ingest", src, tmp_path / "o.zarr", guard=[tmp_path],
+                   fragments=["2.tif: float pixels must be finite and lie in [0, 1]"])
+
+
+# --- broken array files (in-process: nothing but a file read runs) ----------------------------------------
+
+def _object_npy(path: Path) -> None:
+    np.save(path, np.array([None, 1], dtype=object), allow_pickle=True)
+
+
+def _truncated_npy(path: Path) -> None:
+    np.save(path, np.zeros((4, 8, 8), np.uint8))
+    path.write_bytes(path.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("make, problem", [
+    (_object_npy, "not a readable .npy file"),
+    (_truncated_npy, "not a readable .npy file"),
+    (lambda path: path.write_bytes(b"garbage" * 20), "not a readable .npy file"),
+])
+def test_a_broken_npy_is_refused_naming_the_file(run_cli, tmp_path, make, problem):
+    make(tmp_path / "x.npy")
+    assert_user_error(run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr"), f"{tmp_path / 'x.npy'}: {problem}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+
+def test_an_npz_with_a_truncated_member_is_refused_naming_file_and_key(run_cli, tmp_path):
+    np.savez_compressed(tmp_path / "x.npz", images=np.random.default_rng(0).integers(0, 255, (50, 8, 8), np.uint8))
+    raw = (tmp_path / "x.npz").read_bytes()
+    (tmp_path / "x.npz").write_bytes(raw[:200] + b"\0" * 300 + raw[500:])  # damage the deflate stream
+    assert_user_error(run_cli("ingest", tmp_path / "x.npz", tmp_path / "o.zarr"), "x.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npz"]
+
+
+def test_an_npy_holding_objects_as_labels_is_refused(run_cli, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((2, 4, 4), np.uint8))
+    _object_npy(tmp_path / "y.npy")
+    assert_user_error(run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr", "--labels", tmp_path / "y.npy"),
+                      "y.npy: not a readable .npy file")
+
+
+# --- reading damaged datasets ---------------------------------------------------------------------------
+
+def test_info_on_a_dataset_with_a_corrupt_zarr_json_names_it(tmp_path, src):
+    assert run_jepa("ingest", src, tmp_path / "d.zarr").returncode == 0
+    (tmp_path / "d.zarr" / "zarr.json").write_text('{"zarr_format": 3, "node_')
+    expect_refusal("info", tmp_path / "d.zarr", guard=[tmp_path],
+                   fragments=[f"{tmp_path / 'd.zarr' / 'zarr.json'}: corrupt zarr metadata", "--force"])
+
+
+def test_info_on_a_dataset_with_a_truncated_chunk_names_array_and_chunk(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((3, 4, 4), np.uint8))
+    np.save(tmp_path / "y.npy", np.array([0, 1, 2]))
+    assert run_jepa("ingest", tmp_path / "x.npy", tmp_path / "d.zarr", "--labels", tmp_path / "y.npy").returncode == 0
+    chunk = tmp_path / "d.zarr" / "labels" / "c" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:4])
+    expect_refusal("info", tmp_path / "d.zarr", guard=[tmp_path],
+                   fragments=[f"{tmp_path / 'd.zarr' / 'labels'}: chunk c/0 is damaged"])
+
+
+# --- file names that are not UTF-8 ---------------------------------------------------------------------------
+
+def test_non_utf8_file_names_reach_attributes_and_json_as_escaped_utf8(tmp_path):
+    root = os.fsencode(tmp_path / "src")
+    os.makedirs(root + b"/caf\xe9")
+    Image.new("L", (4, 4)).save(root + b"/caf\xe9/\xff.png")
+    (Path(os.fsdecode(root)) / os.fsdecode(b"caf\xe9") / os.fsdecode(b"bad\xfe.png")).write_bytes(b"junk")
+    result = run_jepa("ingest", tmp_path / "src", tmp_path / "o.zarr", "--skip-bad", "--json")
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout.decode("utf-8"))
+    attrs = json.loads((tmp_path / "o.zarr" / "zarr.json").read_bytes().decode("utf-8"))["attributes"]
+    assert attrs["class_names"] == ["caf\\xe9"]
+    assert attrs["skipped"] == [f"{tmp_path}/src/caf\\xe9/bad\\xfe.png"]
+
+
+def test_an_output_path_that_is_not_utf8_is_refused(tmp_path, src):
+    expect_refusal("ingest", src, os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.zarr"), guard=[tmp_path],
+                   fragments=["caf\\xe9.zarr: the path is not valid UTF-8"])
