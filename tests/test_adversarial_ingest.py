@@ -107,9 +107,9 @@ def test_a_stale_partial_is_removed_by_the_next_ingest_which_says_so(tmp_path, s
 # --- resources and inconsistent inputs -------------------------------------------------------------------
 
 def test_a_size_that_cannot_fit_in_memory_is_refused_before_writing(tmp_path, src):
-    # one 10^6 x 10^6 gray sample is 0.9 TiB; writing one needs about 7 of them in memory
+    # one 10^6 x 10^6 gray sample is 0.9 TiB; writing one needs about 14 of them in memory
     expect_refusal("ingest", src, tmp_path / "huge.zarr", "--size", "1000000x1000000", guard=[tmp_path],
-                   fragments=["huge.zarr: needs about 6.4 TiB of memory but", "pass a --size smaller than"])
+                   fragments=["huge.zarr: needs about 12.7 TiB of memory but", "pass a --size smaller than"])
 
 
 def test_size_with_mixed_channel_counts_names_channels(tmp_path, src):

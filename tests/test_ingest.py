@@ -383,3 +383,61 @@ def test_a_folder_of_16_bit_and_float_images_keeps_their_brightness(run_cli, tmp
     Image.fromarray(np.full((2, 2), 0.8, np.float32)).save(folder / "b.tif")  # 0.8 * 255 = 204
     assert run_cli("ingest", folder, tmp_path / "o.zarr").exit_code == 0
     assert read(tmp_path / "o.zarr" / "inputs")[:, 0, 0, 0].tolist() == [200, 204]
+
+
+def test_the_next_ingest_removes_the_partial_a_killed_ingest_left(run_cli, tmp_path):
+    out = tmp_path / "big.zarr"
+    process = _ingest_process(tmp_path, out)
+    _wait_for_partial(tmp_path, "big.zarr", process)
+    process.kill()  # SIGKILL: no cleanup runs, the kernel drops the partial's lock
+    process.wait(timeout=60)
+    [partial] = [p for p in tmp_path.iterdir() if p.name.startswith(".big.zarr.partial-")]
+    result = run_cli("ingest", tmp_path / "big.npy", out, "--limit", "2")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines() == [f"removed {partial}, left by an interrupted write whose process is gone"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "big.zarr"]
+
+
+def test_a_running_ingests_partial_is_never_removed(run_cli, tmp_path):
+    out = tmp_path / "big.zarr"
+    process = _ingest_process(tmp_path, out)
+    try:
+        _wait_for_partial(tmp_path, "big.zarr", process)
+        [partial] = [p for p in tmp_path.iterdir() if p.name.startswith(".big.zarr.partial-")]
+        result = run_cli("ingest", tmp_path / "big.npy", out, "--limit", "2")  # a second writer of big.zarr
+        assert result.exit_code == 0 and result.stderr == ""
+        assert partial.is_dir() and process.poll() is None
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+
+
+def test_an_ingest_never_replaces_an_output_another_ingest_finished_meanwhile(run_cli, tmp_path, monkeypatch):
+    from jepa_cli.data import store
+    from jepa_cli.data.ingest import ingest
+    from jepa_cli.data.sources import open_source
+
+    np.save(tmp_path / "x.npy", np.zeros((3, 4, 4), np.uint8))
+    out, write_group = tmp_path / "d.zarr", store.write_group
+
+    def other_ingest_finishes_first(path, attributes):  # between the existence check and the move
+        monkeypatch.setattr(store, "write_group", write_group)
+        ingest(open_source(str(tmp_path / "x.npy")), out, limit=1)
+        write_group(path, attributes)
+
+    monkeypatch.setattr(store, "write_group", other_ingest_finishes_first)
+    assert_user_error(run_cli("ingest", tmp_path / "x.npy", out), "d.zarr: already exists (another process wrote it")
+    assert read(out / "inputs").shape[0] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "x.npy"]
+
+
+def test_ingest_refuses_more_samples_than_the_disk_holds(run_cli, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from jepa_cli.data import store
+
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda path: SimpleNamespace(total=1 << 20, used=0, free=1 << 20))
+    result = run_cli("ingest", "builtin:digits", tmp_path / "o.zarr", "--size", "32x32")  # 1797 x 1 KiB
+    assert_user_error(result, "o.zarr: needs about 1.8 MiB of disk but 1.0 MiB is free",
+                      "1797 samples of 32x32x1 bytes, uncompressed", "--limit")
+    assert nothing_written(tmp_path, "o.zarr")
