@@ -27,7 +27,7 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Fraction of each class in the test split.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split.")
 @click.option("--limit", type=int, help="Keep at most N samples (after the split).")
-@click.option("--skip-bad", is_flag=True, help="Skip unreadable files and report how many.")
+@click.option("--skip-bad", is_flag=True, help="Skip files that cannot be decoded or converted, and report how many.")
 @click.option("--force", is_flag=True, help="Replace OUT if it is a dataset (anything else is refused).")
 @click.option("--list-builtins", is_flag=True, expose_value=False, is_eager=True, callback=_list_builtins,
               help="List the built-in sources and exit.")
