@@ -48,6 +48,18 @@ def test_force_refuses_a_users_folder(tmp_path):
         store.check_output(tmp_path / "photos", True, "dataset")
 
 
+def test_an_existing_artifact_needs_force(tmp_path):
+    out = make_artifact(tmp_path / "d.zarr")
+    with pytest.raises(InputError, match="d.zarr: already exists \\(use --force to overwrite\\)"):
+        store.check_output(out, False, "dataset")
+
+
+def test_without_force_a_users_folder_is_refused_without_suggesting_force(tmp_path):
+    (tmp_path / "photos").mkdir()
+    with pytest.raises(InputError, match="photos: is not a jepa output.*remove it yourself or choose another output"):
+        store.check_output(tmp_path / "photos", False, "dataset")
+
+
 def test_force_refuses_a_file_and_a_symbolic_link(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "link").symlink_to(make_artifact(tmp_path / "d.zarr"))
@@ -166,13 +178,19 @@ def test_only_this_outputs_partials_are_touched(tmp_path):
 
 
 def test_a_swapped_out_old_output_is_removed_once_the_output_exists(tmp_path):
-    old = tmp_path / ".d.zarr.old-0123abcd"
-    old.mkdir()
+    old = make_artifact(tmp_path / ".d.zarr.old-0123abcd")
     assert store.remove_stale_partials(tmp_path / "d.zarr") == []  # no d.zarr: it may be the only copy
     (tmp_path / "d.zarr").mkdir()
     assert store.remove_stale_partials(tmp_path / "d.zarr") == [
         f"removed {old}, an output replaced by an interrupted --force write"]
     assert not old.exists()
+
+
+def test_a_swapped_out_folder_that_is_not_a_jepa_output_is_kept(tmp_path):
+    old = tmp_path / ".d.zarr.old-0123abcd"
+    old.mkdir()
+    (tmp_path / "d.zarr").mkdir()
+    assert store.remove_stale_partials(tmp_path / "d.zarr") == [] and old.is_dir()
 
 
 # --- damaged arrays and metadata ----------------------------------------------------------------------

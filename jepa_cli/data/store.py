@@ -45,9 +45,9 @@ def check_output(path: str | os.PathLike, force: bool, kind: str,
     if not path.parent.is_dir():
         raise InputError(f"{path.parent}: output directory does not exist")
     if os.path.lexists(path):
+        check_replaceable(path, kind)  # first: suggest --force only where it would work
         if not force:
             raise InputError(f"{path}: already exists (use --force to overwrite)")
-        check_replaceable(path, kind)
     return path
 
 
@@ -79,13 +79,18 @@ def check_replaceable(path: str | os.PathLike, kind: str, shown: str | os.PathLi
         raise InputError(f"{shown}: is a symbolic link; {advice}")
     if not path.is_dir():
         raise InputError(f"{shown}: is a file, not a jepa output; {advice}")
-    try:
-        found = read_attributes(path).get("jepa_kind")
-    except InputError:
-        found = None
+    found = _jepa_kind(path)
     if found != kind:
         what = f"holds jepa_kind {found!r}" if isinstance(found, str) else "is not a jepa output (no jepa_kind)"
         raise InputError(f"{shown}: {what}; {advice}")
+
+
+def _jepa_kind(path: Path) -> Any:
+    """The `jepa_kind` attribute of the directory `path`, or None if it is not a readable zarr group."""
+    try:
+        return read_attributes(path).get("jepa_kind")
+    except InputError:
+        return None
 
 
 @contextlib.contextmanager
@@ -124,9 +129,9 @@ def remove_stale_partials(final: str | os.PathLike) -> list[str]:
     """Removes what interrupted writes of `final` left behind; returns one message per removal.
 
     `.NAME.partial-XXXXXXXX/` is removed when no process holds its lock (its writer is gone, even
-    if killed with SIGKILL); a live writer's partial is kept. `.NAME.old-XXXXXXXX/`, an output that a
-    `--force` swap replaced, is removed when NAME exists (the swap completed). encode-latents'
-    resumable `.NAME.partial/` does not match and is kept on purpose.
+    if killed with SIGKILL); a live writer's partial is kept. `.NAME.old-XXXXXXXX/`, a jepa output
+    that a `--force` swap replaced, is removed when NAME exists (the swap completed; anything else
+    is kept). encode-latents' resumable `.NAME.partial/` does not match and is kept on purpose.
     """
     final = Path(final)
     partial = re.compile(re.escape(PARTIAL_PREFIX.format(name=final.name)) + "[0-9a-f]{8}")
@@ -142,7 +147,7 @@ def remove_stale_partials(final: str | os.PathLike) -> list[str]:
             finally:
                 os.close(lock)
             messages.append(f"removed {entry}, left by an interrupted write whose process is gone")
-        elif swapped.fullmatch(entry.name) and final.is_dir():
+        elif swapped.fullmatch(entry.name) and final.is_dir() and _jepa_kind(entry) is not None:
             shutil.rmtree(entry, ignore_errors=True)
             messages.append(f"removed {entry}, an output replaced by an interrupted --force write")
     return messages
@@ -170,12 +175,14 @@ def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
     try:
         check_replaceable(trash, kind, shown=final)  # what was there at move time, now ours alone
         rename_no_replace(tmp, final)
-    except BaseException as exc:  # also SIGINT/SIGTERM: put the previous output back
+    except FileExistsError:  # another writer's output took the place between the two renames: it stays
+        raise InputError(f"{final}: another process wrote it while this command ran (its output is kept)") from None
+    except BaseException:  # also SIGINT/SIGTERM: put the previous output back
         try:
             rename_no_replace(trash, final)
         except OSError:
-            raise InputError(f"{final}: another process wrote it while this command ran; the output it "
-                             f"replaced is kept in {trash}") from None
+            raise InputError(f"{final}: another process wrote it while this command ran; what was there "
+                             f"before is now {trash}") from None
         raise
     shutil.rmtree(trash, ignore_errors=True)
 
