@@ -441,3 +441,9 @@ def test_ingest_refuses_more_samples_than_the_disk_holds(run_cli, tmp_path, monk
     assert_user_error(result, "o.zarr: needs about 1.8 MiB of disk but 1.0 MiB is free",
                       "1797 samples of 32x32x1 bytes, uncompressed", "--limit")
     assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_big_endian_16_bit_arrays_are_scaled_like_little_endian_ones(tmp_path, run_cli):
+    np.save(tmp_path / "x.npy", np.array([[[0, 257, 65535]]], ">u2"))
+    assert run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr").exit_code == 0
+    assert read(tmp_path / "o.zarr" / "inputs").reshape(-1).tolist() == [0, 1, 255]

@@ -91,7 +91,7 @@ def _wide_pixels(image: Any, name: str) -> np.ndarray:
             raise BadSample(f"{name}: 32-bit integer pixels outside [0, 65535] (min {values.min()}, max "
                             f"{values.max()}); save it as 8-bit or 16-bit")
         values = values.astype(np.uint16)
-    return to_uint8(values.astype(values.dtype.newbyteorder("=")), name)
+    return to_uint8(values, name)
 
 
 def fit(image: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:

@@ -192,7 +192,7 @@ def to_uint8(sample: np.ndarray, name: str) -> np.ndarray:
         return sample
     if sample.dtype == np.bool_:
         return sample.astype(np.uint8) * 255
-    if sample.dtype == np.uint16:  # 65535 / 257 = 255 exactly
+    if sample.dtype.kind == "u" and sample.dtype.itemsize == 2:  # uint16, either byte order; 65535 / 257 = 255
         return np.round(sample / 257.0).astype(np.uint8)
     if np.issubdtype(sample.dtype, np.integer):
         if sample.size and (sample.min() < 0 or sample.max() > 255):
