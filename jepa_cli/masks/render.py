@@ -56,7 +56,7 @@ def preview_images(data: str, samples: int):
         raise InputError(f"{path}: not a dataset (no 'inputs' array)")
     arr = store.open_array(path / "inputs")
     n = min(samples, arr.shape[0])
-    x = np.asarray(arr[:n].read().result())
+    x = np.asarray(store.read(arr, slice(0, n)))  # a damaged chunk is one clear error
     layout = str(attrs.get("layout") or "").upper()
     if x.ndim == 3:  # N H W
         x = x[..., None]
