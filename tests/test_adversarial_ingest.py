@@ -58,6 +58,13 @@ def test_ingest_onto_a_dataset_holding_its_labels_file_is_refused(tmp_path):
                    fragments=["contains the input", "labels.npy"])
 
 
+def test_encode_latents_onto_its_own_dataset_is_refused(tmp_path):
+    data = dataset(tmp_path / "d.zarr")
+    (tmp_path / "run").mkdir()
+    expect_refusal("encode-latents", tmp_path / "run", data, "-o", data, "--force", guard=[tmp_path],
+                   fragments=[f"{data}: the output is the input"])
+
+
 # --- data loss: --force replaces only an artifact of the same kind -------------------------------------
 
 def test_ingest_force_refuses_a_users_folder(tmp_path, src):
@@ -198,3 +205,4 @@ def test_non_utf8_file_names_reach_attributes_and_json_as_escaped_utf8(tmp_path)
 def test_an_output_path_that_is_not_utf8_is_refused(tmp_path, src):
     expect_refusal("ingest", src, os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.zarr"), guard=[tmp_path],
                    fragments=["caf\\xe9.zarr: the path is not valid UTF-8"])
+
