@@ -3,13 +3,15 @@ each refusal is one `jepa: error:` line, exit 2, and leaves every guarded path b
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from adversarial import expect_refusal, run_jepa
+from adversarial import ROOT, expect_refusal, run_jepa
 from conftest import assert_user_error
 from jepa_cli.data import store
 
@@ -97,6 +99,20 @@ def test_mask_output_inside_the_dataset_it_draws_is_refused(tmp_path):
     data = dataset(tmp_path / "d.zarr")
     expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch", "2", "-o", data / "m.zarr",
                    "--png", tmp_path / "p.png", "--data", data, guard=[tmp_path], fragments=["lies inside the input"])
+
+
+def test_of_two_concurrent_ingests_to_one_new_output_exactly_one_succeeds(tmp_path, src):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("JEPA_DEBUG", None)
+    runs = [subprocess.Popen([sys.executable, "-m", "jepa_cli", "ingest", str(src), str(tmp_path / "o.zarr"),
+                              "--limit", str(limit)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for limit in (1, 2)]
+    results = [(run.wait(timeout=120), run.stderr.read().decode()) for run in runs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    winner = [1, 2][[code for code, _ in results].index(0)]
+    assert "o.zarr: already exists" in [err for code, err in results if code == 2][0]
+    assert store.read_array(tmp_path / "o.zarr" / "inputs").shape[0] == winner
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.zarr", "src"]
 
 
 # --- stale partials ------------------------------------------------------------------------------------
