@@ -447,3 +447,12 @@ def test_big_endian_16_bit_arrays_are_scaled_like_little_endian_ones(tmp_path, r
     np.save(tmp_path / "x.npy", np.array([[[0, 257, 65535]]], ">u2"))
     assert run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr").exit_code == 0
     assert read(tmp_path / "o.zarr" / "inputs").reshape(-1).tolist() == [0, 1, 255]
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBX", "RGBa", "CMYK", "YCbCr", "HSV",
+                                  "I;16", "I;16B", "I;16L", "I", "F"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_every_supported_mode_converts_to_the_requested_channels_and_size(mode, channels):
+    from jepa_cli.data.ingest import to_image
+
+    assert to_image(Image.new(mode, (5, 4)), (3, 2), channels, "x.png").shape == (3, 2, channels)

@@ -13,9 +13,9 @@ from jepa_cli.data.sources import BadSample, Source, to_uint8
 from jepa_cli.errors import InputError
 
 # Pillow modes a folder of images can hold, by how their pixels become uint8 (docs/formats.md):
-EIGHT_BIT_MODES = {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV"}
+EIGHT_BIT_MODES = {"1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV"}
 WIDE_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I", "F"}  # one channel of 16-bit, 32-bit or float values
-GRAY_MODES = {"1", "L", "LA", "La"} | WIDE_MODES  # kept as one channel by default
+GRAY_MODES = {"1", "L", "LA"} | WIDE_MODES  # kept as one channel by default
 # Peak memory of one ingest above the process's own, in units of the write chunk (the buffer,
 # TensorStore's copies, the zstd output) and of one sample (decoded, converted, Pillow's 4-byte
 # pixels while resizing). Measured peaks (RssAnon): 27 MiB with 4 MiB chunks of small samples
