@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -495,3 +496,23 @@ def disk_bytes(path: str | os.PathLike) -> int:
             with contextlib.suppress(OSError):
                 total += os.path.getsize(os.path.join(root, name))
     return total
+
+
+def dataset_fingerprint(path: str | os.PathLike) -> str:
+    """A SHA-256 of what a dataset directory holds, without reading its data: the group's and each
+    array's zarr.json bytes, and every chunk file's relative path, size and mtime (ns).
+
+    Re-ingesting a dataset under the same path and shape rewrites its chunk files (new mtimes,
+    usually new sizes), so the fingerprint changes: a resumable job keyed on it never mixes the
+    old content with the new."""
+    root = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = file.relative_to(root).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue  # hidden files (e.g. a writer's lock) are not content
+        info = file.stat()
+        digest.update(f"{rel}\0{info.st_size}\0{info.st_mtime_ns}\0".encode("utf-8", "surrogateescape"))
+        if file.name == GROUP_METADATA:
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
