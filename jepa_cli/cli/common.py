@@ -42,7 +42,13 @@ def stderr_console(quiet: bool = False):
 
 
 def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None] | str | None = None) -> None:
-    """Prints a command's result: one JSON object with --json, else the human rendering on stdout."""
+    """Prints a command's result: one JSON object with --json, else the human rendering on stdout.
+
+    Strings pass through `store.utf8_text` first: a name that is not UTF-8 (held by Python as lone
+    surrogates) is printed with `\\xNN` escapes for its bad bytes, so stdout is always valid UTF-8."""
+    from jepa_cli.data.store import utf8_text
+
+    result = utf8_text(result)
     if as_json:
         sys.stdout.write(json.dumps(result, default=_json_default) + "\n")
         return

@@ -137,7 +137,9 @@ def quiet_libraries():
 
 
 def _fail(message: str, code: int) -> None:
-    line = " ".join(str(message).split())  # one line, whatever the message held
+    from jepa_cli.data.store import utf8_text
+
+    line = utf8_text(" ".join(str(message).split()))  # one line of valid UTF-8, whatever the message held
     click.echo(f"jepa: error: {line}", err=True)
     sys.exit(code)
 

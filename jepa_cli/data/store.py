@@ -85,6 +85,26 @@ def write_group(path: str | os.PathLike, attributes: dict[str, Any]) -> None:
     os.replace(tmp, path / GROUP_METADATA)
 
 
+def utf8_text(value: Any) -> Any:
+    """`value` with every string (in nested dicts, lists and tuples too) made valid UTF-8.
+
+    A file name that is not valid UTF-8 reaches Python with its bad bytes as lone surrogates
+    (surrogateescape); each such byte becomes the four characters `\\xNN`, so `caf\\xe9` stands
+    for the Latin-1 name b"caf\\xe9". Valid names are unchanged.
+    """
+    if isinstance(value, str):
+        try:
+            raw = os.fsencode(value)
+        except UnicodeEncodeError:  # a lone surrogate that no file name produced
+            raw = value.encode("utf-8", "replace")
+        return raw.decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {utf8_text(k): utf8_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [utf8_text(v) for v in value]
+    return value
+
+
 def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
     """The attributes of the zarr v3 group at `path`; InputError if it is not one."""
     path = Path(path)
