@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 SEED = click.IntRange(0, 2**32 - 1)  # the type of every --seed: what numpy and jax.random.PRNGKey accept
@@ -16,9 +20,18 @@ SEED = click.IntRange(0, 2**32 - 1)  # the type of every --seed: what numpy and 
 def output_options(func: Callable) -> Callable:
     """Adds --json, -v/--verbose and -q/--quiet."""
     func = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")(func)
-    func = click.option("-v", "--verbose", count=True, help="More logging on stderr.")(func)
+    func = click.option("-v", "--verbose", count=True, callback=_library_log_level,
+                        help="More logging on stderr (-v: library warnings, -vv: library info).")(func)
     func = click.option("-q", "--quiet", is_flag=True, help="No progress or logs on stderr.")(func)
     return func
+
+
+def _library_log_level(ctx: click.Context, param: click.Parameter, verbose: int) -> int:
+    """-v lets the libraries' (JAX, orbax, Python) warnings reach stderr, -vv their info messages too;
+    without -v they are silenced (cli/main.py, quiet_libraries)."""
+    if verbose:
+        logging.getLogger().setLevel(logging.WARNING if verbose == 1 else logging.INFO)
+    return verbose
 
 
 def stderr_console(quiet: bool = False):
@@ -36,7 +49,13 @@ def stderr_log(quiet: bool = False) -> Callable[[str], None]:
 
 
 def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None] | str | None = None) -> None:
-    """Prints a command's result: one JSON object with --json, else the human rendering on stdout."""
+    """Prints a command's result: one JSON object with --json, else the human rendering on stdout.
+
+    Strings pass through `store.utf8_text` first: a name that is not UTF-8 (held by Python as lone
+    surrogates) is printed with `\\xNN` escapes for its bad bytes, so stdout is always valid UTF-8."""
+    from jepa_cli.data.store import utf8_text
+
+    result = utf8_text(result)
     if as_json:
         sys.stdout.write(json.dumps(result, default=_json_default) + "\n")
         return
@@ -92,7 +111,7 @@ class ProgressHandle:
 @contextlib.contextmanager
 def progress_bar(description: str, total: int | None, unit: str, quiet: bool = False) -> Iterator[ProgressHandle]:
     """A rich progress bar on stderr with a rate in `unit`/s."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
     columns = [
         TextColumn("[progress.description]{task.description}"),
@@ -101,10 +120,26 @@ def progress_bar(description: str, total: int | None, unit: str, quiet: bool = F
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
     ]
-    console = stderr_console(quiet)
-    # Bars only on a terminal: a redirected stderr gets logs and errors, not redraws.
-    with Progress(*columns, console=console, transient=False, disable=quiet or not console.is_terminal) as progress:
+    with live_progress(*columns, quiet=quiet) as progress:
         yield ProgressHandle(progress, progress.add_task(description, total=total, rate=""), unit)
+
+
+@contextlib.contextmanager
+def live_progress(*columns, quiet: bool = False) -> Iterator[Progress]:
+    """A rich Progress with `columns` on stderr, the one way commands draw progress.
+
+    Drawn only on a terminal: a redirected stderr gets logs and errors, not redraws (a stopped live
+    display there prints its last frame, a blank line when no task was added yet). An exception
+    erases the bar, so that the error's one line is all that stays on stderr."""
+    from rich.progress import Progress
+
+    console = stderr_console(quiet)
+    with Progress(*columns, console=console, transient=False, disable=quiet or not console.is_terminal) as progress:
+        try:
+            yield progress
+        except BaseException:
+            progress.live.transient = True
+            raise
 
 
 def parse_hxw(value: str | None, option: str) -> tuple[int, int] | None:

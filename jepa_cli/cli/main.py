@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -73,8 +75,9 @@ class JepaGroup(click.Group):
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN stays ignored
                 signal.signal(signal.SIGINT, raise_interrupted)
         try:
-            rv = super().main(args=args, prog_name=prog_name or "jepa", complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            with quiet_libraries():
+                rv = super().main(args=args, prog_name=prog_name or "jepa", complete_var=complete_var,
+                                  standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except _Stopped as exc:
@@ -100,8 +103,43 @@ class JepaGroup(click.Group):
         sys.exit(0)
 
 
+class _StderrLog(logging.Handler):
+    """Writes log records to the current sys.stderr, looked up per record (click's test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never end a command
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """Silences what JAX, XLA, orbax, absl and Python warnings would write to stderr, for the length of
+    a command (then restores the logging state): an error must be one line, and their messages
+    ("An NVIDIA GPU may be present ...", orbax INFO lines, DeprecationWarnings) would add lines around
+    it. `-v` lets warnings through, `-vv` info (cli/common.py, output_options)."""
+    # XLA's C++ logging reads this when jaxlib loads: 2 keeps its errors, drops info and warnings
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    root = logging.getLogger()
+    level = root.level
+    handler = _StderrLog()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.CRITICAL)  # a library's ERROR record precedes the exception our line reports
+    logging.captureWarnings(True)  # warnings.warn -> the "py.warnings" logger, silenced with the rest
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.setLevel(level)
+        root.removeHandler(handler)
+
+
 def _fail(message: str, code: int) -> None:
-    line = " ".join(str(message).split())  # one line, whatever the message held
+    from jepa_cli.data.store import utf8_text
+
+    line = utf8_text(" ".join(str(message).split()))  # one line of valid UTF-8, whatever the message held
     click.echo(f"jepa: error: {line}", err=True)
     sys.exit(code)
 

@@ -56,11 +56,6 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     from jepa_cli.errors import InputError
 
     hxw = parse_hxw(grid, "--grid")
-    if npred is not None and strategy != "multiblock3d":
-        try:
-            npred = int(npred)
-        except ValueError:
-            raise InputError(f"--npred: expected an integer, got {npred!r}") from None
     if png_path is None and data is not None:
         raise InputError("--data is only used with --png")
     # check every path before any work, so that bad input writes nothing
@@ -83,6 +78,7 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
         enc_scale=enc_scale, min_keep=min_keep, allow_overlap=allow_overlap, ratio=ratio,
         temporal_scale=temporal_scale, max_temporal_keep=max_temporal_keep, context_size=context_size,
         official_positions=official_positions, official_truncation=official_truncation)
+    masks.check_batch(config, batch)
     images = preview_images(data, samples) if data is not None else None
 
     import jax

@@ -4,11 +4,12 @@ See docs/masks.md for the design and docs/architecture.md for the MaskSet contra
 """
 
 from jepa_cli.masks.config import (MaskConfig, MaskSet, MultiBlock3DConfig, MultiBlockConfig, RandomConfig,
-                                   config_from_options, config_parameters, context_slots, target_slots, validate)
+                                   check_batch, config_from_options, config_parameters, context_slots, target_slots,
+                                   validate)
 from jepa_cli.masks.indexing import to_dense
 from jepa_cli.masks.sampler import sample, sample_many
 
 __all__ = [
-    "MaskConfig", "MaskSet", "MultiBlockConfig", "MultiBlock3DConfig", "RandomConfig", "config_from_options",
-    "config_parameters", "context_slots", "target_slots", "validate", "to_dense", "sample", "sample_many",
+    "MaskConfig", "MaskSet", "MultiBlockConfig", "MultiBlock3DConfig", "RandomConfig", "check_batch",
+    "config_from_options", "config_parameters", "context_slots", "target_slots", "validate", "to_dense", "sample", "sample_many",
 ]

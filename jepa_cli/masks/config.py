@@ -24,6 +24,18 @@ CONTEXT_RETRY_TIMEOUT = 20
 # many empty draws the last one is kept (a context with no valid slot). Default configs never get there.
 MAX_EMPTY_CONTEXT_RETRIES = 8
 
+# Limits that keep every mask command bounded in time and memory (docs/masks.md, "Limits"). Deriving K
+# samples 32 probe batches of 128 over the whole grid, so the grid bounds the work even at --batch 1:
+# the largest allowed 3D grid (8x32x32) takes about 45 s and 6.6 GB on 2 CPU cores, 2D grids less.
+# Every official grid (at most 8x24x24 = 4,608 patches, V-JEPA ViT-H/16 at 384) fits.
+MAX_PATCHES = 8192
+# Target blocks per sample (--npred; summed over the mask pairs in 3D): each block is a pass over the
+# grid in the sampler and a row of the target array. The official recipes use 4 and 8 + 2.
+MAX_BLOCKS = 64
+# Dense mask cells a batch may hold, batch x (contexts + targets) x patches: 2^27 cells take about 20 s
+# and 2 GB of memory on 2 CPU cores (14x14, 4 targets, --batch 131,072).
+MAX_MASK_CELLS = 2**27
+
 
 @jax.tree_util.register_dataclass
 @dataclass
@@ -155,7 +167,9 @@ def _hw_over_aspect(k: int, ar_lo: float, ar_hi: float, grid, below_grid: bool) 
     """Every (h, w) reachable for a fixed k while the aspect ratio runs over [ar_lo, ar_hi]."""
     points = {ar_lo, ar_hi}
     if k > 0 and ar_hi > ar_lo:
-        hi_n = int(math.sqrt(k * ar_hi)) + 2
+        # h steps while sqrt(k*ar) < n + 0.5, w while sqrt(k/ar) < n + 0.5; steps past the grid size
+        # are clamped away, which also bounds the loop for an extreme aspect
+        hi_n = min(int(math.sqrt(k * max(ar_hi, 1 / ar_lo))) + 2, max(grid) + 1)
         for n in range(hi_n + 1):
             edge = (n + 0.5) ** 2
             for ar in (edge / k, k / edge):  # where round(sqrt(k*ar)) or round(sqrt(k/ar)) steps
@@ -306,15 +320,14 @@ def validate(config: MaskConfig) -> MaskConfig:
     H, W = config.grid
     if H < 1 or W < 1:
         raise InputError(f"--grid: expected a positive HxW, got {H}x{W}")
-    if config.context_size is not None and config.context_size < 1:
-        raise InputError(f"--context-size must be at least 1, got {config.context_size}")
+    _check_size(config)
     if isinstance(config, MultiBlockConfig):
         _check_range("--pred-scale", config.pred_scale)
         _check_range("--enc-scale", config.enc_scale)
         _check_range("--aspect", config.aspect, upper=None)
         _check_range("enc aspect", config.enc_aspect, upper=None)
-        if config.npred < 1:
-            raise InputError(f"--npred must be at least 1, got {config.npred}")
+        if not 1 <= config.npred <= MAX_BLOCKS:
+            raise InputError(f"--npred must lie in 1..{MAX_BLOCKS} (target blocks per sample), got {config.npred}")
         if config.min_keep < 0:
             raise InputError(f"--min-keep must be >= 0, got {config.min_keep}")
         if H < 2 or W < 2:
@@ -332,11 +345,12 @@ def validate(config: MaskConfig) -> MaskConfig:
                 f"--grid {H}x{W} cannot hold the context block: a block at --enc-scale {_fmt(config.enc_scale)} "
                 f"can have {smallest_context} patches, not more than --min-keep {config.min_keep}")
     elif isinstance(config, MultiBlock3DConfig):
-        if config.frames < 1:
-            raise InputError(f"--frames must be at least 1, got {config.frames}")
         P = config.pairs
         if P < 1 or any(n < 1 for n in config.npred):
             raise InputError(f"--npred: expected one positive block count per mask pair, got {_fmt(config.npred)}")
+        if sum(config.npred) > MAX_BLOCKS:
+            raise InputError(f"--npred {_fmt(config.npred)}: at most {MAX_BLOCKS} blocks per sample over all mask "
+                             f"pairs, got {sum(config.npred)}")
         for name, values in (("--pred-scale", config.pred_scale), ("--temporal-scale", config.temporal_scale),
                              ("--max-temporal-keep", config.max_temporal_keep)):
             if len(values) != P:
@@ -364,6 +378,36 @@ def validate(config: MaskConfig) -> MaskConfig:
     return config
 
 
+def _grid_text(config: MaskConfig) -> str:
+    """The options that set the grid, as given: '--grid 14x14' or '--frames 8 --grid 14x14'."""
+    grid = "--grid {}x{}".format(*config.grid)
+    return grid if config.frames is None else f"--frames {config.frames} {grid}"
+
+
+def _check_size(config: MaskConfig) -> None:
+    """The grid within MAX_PATCHES and `context_size` within the grid; checked before anything that
+    enumerates the grid, so an absurd size is refused at once."""
+    if config.frames is not None and config.frames < 1:
+        raise InputError(f"--frames must be at least 1, got {config.frames}")
+    n = config.num_patches
+    if n > MAX_PATCHES:
+        raise InputError(f"{_grid_text(config)} has {n} patches, over the limit of {MAX_PATCHES} per sample "
+                         "(the time and memory of sampling grow with the grid; docs/masks.md, \"Limits\")")
+    if config.context_size is not None and not 1 <= config.context_size <= n:
+        raise InputError(f"--context-size {config.context_size} must lie in 1..{n}, the patches of "
+                         f"{_grid_text(config)}")
+
+
+def check_batch(config: MaskConfig, batch_size: int) -> None:
+    """Raises InputError when `batch_size` masks of `config` exceed MAX_MASK_CELLS dense cells."""
+    rows = num_contexts(config) + num_targets(config)
+    cells = batch_size * rows * config.num_patches
+    if batch_size < 1 or cells > MAX_MASK_CELLS:
+        most = max(1, MAX_MASK_CELLS // (rows * config.num_patches))
+        raise InputError(f"--batch {batch_size}: must lie in 1..{most} for {rows} mask rows of "
+                         f"{config.num_patches} patches (at most {MAX_MASK_CELLS} mask cells, about 2 GB of memory)")
+
+
 def _fmt(values) -> str:
     return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
@@ -376,8 +420,9 @@ def _check_range(name: str, values: tuple[float, float], upper: float | None = 1
         raise InputError(f"{name}: inverted range {_fmt(values)} (expected low,high with low <= high)")
     if upper is not None and not (0 < lo and hi <= upper):
         raise InputError(f"{name}: values must lie in (0, 1], got {_fmt(values)}")
-    if upper is None and lo <= 0:
-        raise InputError(f"{name}: values must be positive, got {_fmt(values)}")
+    if upper is None and not (1 / MAX_PATCHES <= lo and hi <= MAX_PATCHES):
+        # no block on the largest grid is more than MAX_PATCHES times longer than wide
+        raise InputError(f"{name}: values must lie in [1/{MAX_PATCHES}, {MAX_PATCHES}], got {_fmt(values)}")
 
 
 _COMMON = ("grid", "context_size", "official_positions", "official_truncation")
@@ -406,14 +451,14 @@ def config_from_options(strategy: str, **options: Any) -> MaskConfig:
         names = ", ".join("--" + u.replace("_", "-") for u in sorted(unknown))
         raise InputError(f"{names}: not an option of --strategy {strategy}")
     if "grid" in given:
-        grid = tuple(int(v) for v in given["grid"])
+        grid = tuple(_number("grid", v, int) for v in _as_tuple(given["grid"]))
         if len(grid) != 2 or min(grid) < 1:
             raise InputError(f"--grid: expected a positive HxW, got {given['grid']!r}")
         given["grid"] = grid
     cls = CONFIGS[strategy]
     if strategy == "multiblock3d":
         if "npred" in given:
-            given["npred"] = tuple(int(n) for n in _as_tuple(given["npred"]))
+            given["npred"] = tuple(_number("npred", n, int) for n in _as_tuple(given["npred"]))
         pairs = len(given.get("npred", cls.npred))
         for name in ("pred_scale", "temporal_scale"):
             if name in given:
@@ -423,7 +468,8 @@ def config_from_options(strategy: str, **options: Any) -> MaskConfig:
         if given.get("pred_scale", True) is None:
             raise InputError(f"--pred-scale: give one scale per mask pair ({pairs} pairs from --npred)")
         if "max_temporal_keep" in given:
-            given["max_temporal_keep"] = tuple(float(v) for v in _as_tuple(given["max_temporal_keep"]))
+            given["max_temporal_keep"] = tuple(_number("max_temporal_keep", v, float)
+                                               for v in _as_tuple(given["max_temporal_keep"]))
             if len(given["max_temporal_keep"]) == 1:
                 given["max_temporal_keep"] *= pairs
         elif pairs != len(cls.max_temporal_keep):
@@ -433,8 +479,20 @@ def config_from_options(strategy: str, **options: Any) -> MaskConfig:
             given[name] = _range(name, given[name])
     for name in ("npred", "min_keep", "context_size", "frames"):
         if name in given and not isinstance(given[name], tuple):
-            given[name] = int(given[name])
+            given[name] = _number(name, given[name], int)
     return validate(cls(**given))
+
+
+def _number(name: str, value: Any, kind: type) -> Any:
+    """int(value) or float(value), else InputError naming the option (a recipe may hold a wrong type)."""
+    exact = not isinstance(value, bool) and not (kind is int and isinstance(value, float) and not value.is_integer())
+    if exact:
+        try:
+            return kind(value)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    expected = "an integer" if kind is int else "a number"
+    raise InputError(f"--{name.replace('_', '-')}: expected {expected}, got {value!r}")
 
 
 def _as_tuple(value: Any) -> tuple:

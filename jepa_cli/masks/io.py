@@ -56,12 +56,40 @@ def write_masks(path: str | os.PathLike, config: MaskConfig, context: np.ndarray
 
 
 def read_masks(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-    """(attributes, context, targets) of a mask file; InputError if `path` is not one."""
+    """(attributes, context, targets) of a mask file; InputError if `path` is not one, or if its
+    attributes and arrays disagree (a damaged or hand-edited file)."""
     path = Path(path)
     attrs = store.read_attributes(path)
     if attrs.get("jepa_kind") != KIND:
         raise InputError(f"{path}: not a mask file (jepa_kind is {attrs.get('jepa_kind')!r})")
-    return attrs, store.read_array(path / "context"), store.read_array(path / "targets")
+    shape = _grid_shape(path, attrs)
+    context, targets = store.read_array(path / "context"), store.read_array(path / "targets")
+    _check_layout(path, context, targets, int(np.prod(shape)))
+    return attrs, context, targets
+
+
+def _grid_shape(path: Path, attrs: dict[str, Any]) -> tuple[int, ...]:
+    """The patch grid the attributes promise, (H, W) or (frames, H, W); InputError if malformed."""
+    grid, frames = attrs.get("grid"), attrs.get("frames")
+    dims = list(grid) if isinstance(grid, list) else None
+    if frames is not None:
+        dims = None if dims is None else [frames, *dims]
+    valid = (dims is not None and len(dims) == (2 if frames is None else 3)
+             and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims))
+    if not valid:
+        raise InputError(f"{path}/zarr.json: damaged mask file attributes (grid {grid!r}, frames {frames!r}); "
+                         "rewrite it with jepa mask -o")
+    return tuple(dims)  # type: ignore[arg-type]
+
+
+def _check_layout(path: Path, context: np.ndarray, targets: np.ndarray, num_patches: int) -> None:
+    """context [B, N] or [B, P, N] and targets [B, M, N] of bool, with N the grid's patches."""
+    ok = (context.dtype == bool and targets.dtype == bool and context.ndim in (2, 3) and targets.ndim == 3
+          and context.shape[0] == targets.shape[0] and context.shape[-1] == targets.shape[-1] == num_patches)
+    if not ok:
+        raise InputError(f"{path}: context {context.dtype}{list(context.shape)} and targets "
+                         f"{targets.dtype}{list(targets.shape)} do not fit a grid of {num_patches} patches; "
+                         "rewrite it with jepa mask -o")
 
 
 def describe(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -69,8 +97,8 @@ def describe(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
     from jepa_cli.data.describe import array_summary
     from jepa_cli.masks.stats import mask_stats
 
-    _, context, targets = read_masks(path)
-    stats = mask_stats(context, targets, attrs.get("grid"), attrs.get("frames"))
+    attrs, context, targets = read_masks(path)
+    stats = mask_stats(context, targets, attrs["grid"], attrs.get("frames"))
     return {
         "strategy": attrs.get("strategy"),
         "grid": attrs.get("grid"),
