@@ -94,6 +94,72 @@ def test_resume_after_interruption_equals_uninterrupted(tmp_path):
     assert other["units_resumed"] == 0
 
 
+def _interrupted_partial(data, out, **kw):
+    """Encodes `data` into `out` with the stand-in encoder and stops mid-way (30 of its rows)."""
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    seen = []
+
+    def stop_after_three_units(rows):
+        seen.append(rows)
+        if sum(seen) >= 30:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=stop_after_three_units, **kw)
+    return partial_path(out)
+
+
+ENCODE_KW = dict(pool="none", batch_size=6, chunk_n=4, job={"what": "stand-in"})
+
+
+def test_resume_after_the_source_was_reingested_never_mixes_old_and_new(tmp_path):
+    from jepa_cli.evaluation.encode import encode_dataset
+
+    data = image_dataset(tmp_path / "data.zarr", n=50, seed=0)
+    out = tmp_path / "emb.zarr"
+    _interrupted_partial(data, out, **ENCODE_KW)
+    os.rename(data, tmp_path / "old.zarr")  # re-ingest: the same path, shape and labels, other pixels
+    image_dataset(data, n=50, seed=1)
+    logs = []
+    resumed = encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_log=logs.append, **ENCODE_KW)
+    fresh = encode_dataset(data, tmp_path / "fresh.zarr", stand_in_encoder, stand_in_params(), **ENCODE_KW)
+    assert resumed["units_resumed"] == 0
+    assert len(logs) == 1 and "changed since it was started" in logs[0]
+    np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "fresh.zarr" / "inputs"))
+    assert fresh["units_resumed"] == 0
+
+
+def test_a_damaged_progress_file_is_recomputed_not_trusted(tmp_path):
+    from jepa_cli.evaluation.encode import encode_dataset
+
+    data = image_dataset(tmp_path / "data.zarr", n=50)
+    whole = encode_dataset(data, tmp_path / "whole.zarr", stand_in_encoder, stand_in_params(), **ENCODE_KW)
+    out = tmp_path / "emb.zarr"
+    partial = _interrupted_partial(data, out, **ENCODE_KW)
+    marker = partial / "progress" / "00000001.npz"
+    marker.write_bytes(marker.read_bytes()[:40])  # truncated
+    logs = []
+    resumed = encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_log=logs.append, **ENCODE_KW)
+    assert resumed["units_resumed"] == 2 and whole["units"] == resumed["units"] == 7
+    assert len(logs) == 1 and "00000001.npz: damaged progress file removed" in logs[0]
+    np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
+    assert store.read_attributes(out)["latent_shift"] == store.read_attributes(tmp_path / "whole.zarr")["latent_shift"]
+
+
+def test_a_damaged_job_file_discards_the_partial(tmp_path):
+    from jepa_cli.evaluation.encode import encode_dataset
+
+    data = image_dataset(tmp_path / "data.zarr", n=50)
+    out = tmp_path / "emb.zarr"
+    partial = _interrupted_partial(data, out, **ENCODE_KW)
+    (partial / "job.json").write_text("{not json")
+    logs = []
+    resumed = encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_log=logs.append, **ENCODE_KW)
+    assert resumed["units_resumed"] == 0
+    assert logs == [f"discarding the partial output {partial}: its job.json is damaged"]
+
+
 def test_encode_latents_cli_provenance_shift_scale(trained, tmp_path, run_cli):
     run, data = trained
     out = tmp_path / "emb.zarr"
@@ -182,6 +248,11 @@ def test_bad_input_exits_2(trained, tmp_path, run_cli, monkeypatch):
     assert_user_error(run_cli("encode-latents", empty, data, "-o", out), "no checkpoint")
     assert_user_error(run_cli("encode-latents", run, data, "-o", out, "--step", "5"), "no checkpoint at step 5")
     assert_user_error(run_cli("encode-latents", run, tmp_path / "missing.zarr", "-o", out), "missing.zarr")
+    rgb = tmp_path / "rgb.zarr"
+    store.write_group(rgb, store.read_attributes(data))
+    store.write_array(rgb / "inputs", np.zeros((4, 16, 16, 3), np.uint8))
+    assert_user_error(run_cli("encode-latents", run, rgb, "-o", out), "rgb.zarr: images have 3 channel(s)",
+                      "trained on 1", "--channels 1")
     assert not out.exists()
 
     # a checkpoint of an objective without an encoder

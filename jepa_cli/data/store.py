@@ -106,15 +106,16 @@ def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: It
     a failed or interrupted write never leaves `path` behind (nor damages an existing one).
     """
     final = check_output(path, force, kind, inputs)
-    with _directory_lock(final.parent):
-        for message in remove_stale_partials(final):
-            if log:
-                log(message)
-        tmp = final.with_name(f"{PARTIAL_PREFIX.format(name=final.name)}{uuid.uuid4().hex[:8]}")
-        tmp.mkdir()
-        lock = _lock_directory(tmp)
-    previous = _raise_on_sigterm()
+    tmp = final.with_name(f"{PARTIAL_PREFIX.format(name=final.name)}{uuid.uuid4().hex[:8]}")
+    lock = None
+    previous = _raise_on_sigterm()  # before mkdir: a signal right after it still removes the partial
     try:
+        with _directory_lock(final.parent):
+            for message in remove_stale_partials(final):
+                if log:
+                    log(message)
+            tmp.mkdir()
+            lock = _lock_directory(tmp)
         yield tmp
         move_into_place(tmp, final, force, kind)
     finally:

@@ -14,8 +14,9 @@ Two layers:
 Resumability: the output is written into a hidden sibling `.NAME.zarr.partial/` whose `job.json`
 records what is being computed; rows are processed in units of whole zarr chunks, and after a unit
 is written its statistics (count, mean, M2 per channel, float64) land in `progress/UNIT.npz`.
-A rerun of the same job (same run, step, weights, pool, layers, source) skips the recorded units; a
-different job discards the partial. When every unit is done, the statistics are merged in unit
+A rerun of the same job (same run, step, weights, pool, layers, and the same source content:
+`store.dataset_fingerprint`) skips the recorded units; a different job, or a source re-ingested
+meanwhile, discards the partial (reported through `on_log`). A damaged progress file is recomputed. When every unit is done, the statistics are merged in unit
 order (so interrupted and uninterrupted runs give identical attributes), labels are copied, the
 group metadata is written and the directory is renamed into place.
 """
@@ -117,13 +118,16 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
                    job: dict[str, Any] | None = None, attributes: dict[str, Any] | None = None,
                    force: bool = False, unit_rows: int | None = None, chunk_n: int | None = None,
                    on_progress: Callable[[int], None] | None = None,
-                   on_start: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                   on_start: Callable[[int, int], None] | None = None,
+                   on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Encodes `source`'s inputs into the latent dataset `output`; returns a summary.
 
-    `job`: what identifies this computation for resuming (JSON-able; the source path, pool and
-    batch layout are added). `attributes`: extra group attributes (e.g. provenance).
-    `on_start(total_rows, rows_already_done)` and `on_progress(rows)` report progress.
+    `job`: what identifies this computation for resuming (JSON-able; the source path and content
+    fingerprint, pool and batch layout are added). `attributes`: extra group attributes (e.g.
+    provenance). `on_start(total_rows, rows_already_done)` and `on_progress(rows)` report progress;
+    `on_log(message)` says when a partial output is discarded or a damaged unit recomputed.
     """
+    log = on_log or (lambda message: None)
     import jax
 
     if pool not in POOLS:
@@ -147,7 +151,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
         batch_size = -(-batch_size // dp) * dp
 
     step, placed = make_step(encode_fn, params, pool, mesh)
-    probe_x = _prepare(inputs[0:1].read().result(), transform, batch_size)
+    probe_x = _prepare(store.read(inputs, slice(0, 1)), transform, batch_size)
     try:
         out_shape = jax.eval_shape(step, placed, jax.ShapeDtypeStruct(probe_x.shape, probe_x.dtype)).shape
     except InputError:
@@ -158,14 +162,15 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     sample_shape = tuple(int(s) for s in out_shape[1:])
 
     chunk_n = chunk_n or store.chunk_rows(sample_shape, 4)
-    job = dict(job or {}) | {"source": str(source.resolve()), "num_samples": n, "pool": pool,
-                             "sample_shape": list(sample_shape)}
+    job = dict(job or {}) | {"source": str(source.resolve()), "source_fingerprint": store.dataset_fingerprint(source),
+                             "num_samples": n, "pool": pool, "sample_shape": list(sample_shape)}
     tmp = partial_path(output)
-    state = _open_partial(tmp, job, chunk_n, batch_size, unit_rows)
+    state = _open_partial(tmp, job, chunk_n, batch_size, unit_rows, log)
     unit_rows, chunk_n = state["unit_rows"], state["chunk_n"]
     units = [(a, min(a + unit_rows, n)) for a in range(0, n, unit_rows)]
     progress = tmp / PROGRESS_DIR
-    done = {i for i in range(len(units)) if (progress / f"{i:08d}.npz").exists()}
+    unit_stats = {i: _read_unit(progress / f"{i:08d}.npz", log) for i in range(len(units))}
+    done = {i for i, stats in unit_stats.items() if stats is not None}
     if on_start:
         on_start(n, sum(units[i][1] - units[i][0] for i in done))
 
@@ -174,7 +179,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     for i, (a, b) in enumerate(units):
         if i in done:
             continue
-        raw = inputs[a:b].read().result()
+        raw = store.read(inputs, slice(a, b))
         parts = []
         pending = None
         for s in range(0, b - a, batch_size):  # dispatch batch s, prepare s+1 while it runs
@@ -191,7 +196,8 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
             on_progress(pending[1])
         z = np.concatenate(parts, axis=0)
         z_store[a:b].write(z).result()
-        count, mean, m2 = chunk_stats(z)
+        unit_stats[i] = chunk_stats(z)
+        count, mean, m2 = unit_stats[i]
         marker = progress / f"{i:08d}.npz"
         with open(progress / f".{i:08d}.tmp.npz", "wb") as fh:
             np.savez(fh, count=np.int64(count), mean=mean, m2=m2)
@@ -199,9 +205,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
 
     stats = None
     for i in range(len(units)):
-        with np.load(progress / f"{i:08d}.npz") as f:
-            part = (int(f["count"]), f["mean"], f["m2"])
-        stats = part if stats is None else merge_stats(stats, part)
+        stats = unit_stats[i] if stats is None else merge_stats(stats, unit_stats[i])
     shift, scale = shift_scale(stats)
     labels_copied = (source / "labels").exists()
     if labels_copied:
@@ -213,14 +217,32 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     store.write_group(tmp, attrs)
     shutil.rmtree(progress, ignore_errors=True)
     (tmp / JOB_FILE).unlink(missing_ok=True)
-    _rename_into_place(tmp, output, force)
+    store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
     return {"output": str(output), "num_samples": n, "shape": [n, *sample_shape], "pool": pool,
             "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
             "labels": labels_copied, "latent_shift_mean": float(np.mean(shift)),
             "latent_scale_mean": float(np.mean(scale))}
 
 
-def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int, unit_rows: int | None):
+def _read_unit(path: Path, log: Callable[[str], None]) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """A finished unit's (count, mean, M2), or None when it is not done; a damaged progress file
+    (truncated, garbage) is removed and reported, so that its unit is encoded again."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            stats = (int(f["count"]), np.asarray(f["mean"], np.float64), np.asarray(f["m2"], np.float64))
+        if stats[1].shape != stats[2].shape or stats[1].ndim != 1:
+            raise ValueError("mean and M2 disagree")
+        return stats
+    except Exception:  # noqa: BLE001 - any unreadable marker means "not done"
+        path.unlink(missing_ok=True)
+        log(f"{path}: damaged progress file removed; its samples are encoded again")
+        return None
+
+
+def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int, unit_rows: int | None,
+                  log: Callable[[str], None]):
     """Reuses a partial output of the same job, or starts a fresh one; returns its layout."""
     job_path = tmp / JOB_FILE
     if job_path.exists():
@@ -228,8 +250,18 @@ def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int,
             recorded = json.loads(job_path.read_text())
         except ValueError:
             recorded = {}
-        if recorded.get("job") == json.loads(json.dumps(job)):
+        if isinstance(recorded, dict) and recorded.get("job") == json.loads(json.dumps(job)):
             return recorded
+        known = recorded.get("job") if isinstance(recorded, dict) else None
+        if not isinstance(known, dict):
+            why = "its job.json is damaged"
+        elif known.get("source_fingerprint") not in (None, job["source_fingerprint"]) and \
+                {k: v for k, v in known.items() if k != "source_fingerprint"} == \
+                {k: v for k, v in json.loads(json.dumps(job)).items() if k != "source_fingerprint"}:
+            why = f"{job['source']} changed since it was started"
+        else:
+            why = "it was started by another job (run, step, weights, pool, layers or source differ)"
+        log(f"discarding the partial output {tmp}: {why}")
     if tmp.exists():
         shutil.rmtree(tmp)
     if unit_rows is None:  # whole chunks, at least one batch
@@ -240,10 +272,6 @@ def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int,
     record = {"job": job, "unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}
     job_path.write_text(json.dumps(record, indent=2))
     return record
-
-
-def _rename_into_place(tmp: Path, output: Path, force: bool) -> None:
-    store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
 
 
 # -- from a training run -------------------------------------------------------------------------
@@ -265,11 +293,22 @@ def select_encoder(objective, host: dict[str, Any], weights: str, run_dir) -> An
     return params["encoder"]
 
 
+def _check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: int | None, run_dir: Path) -> None:
+    """Images `[N, H, W, C]` must have the channels the run's encoder was trained on."""
+    if channels is None or attrs.get("layout") != "NHWC" or not (Path(source) / "inputs").exists():
+        return
+    found = int(store.open_array(Path(source) / "inputs").shape[-1])
+    if found != int(channels):
+        raise InputError(f"{source}: images have {found} channel(s), but {run_dir} was trained on {channels} "
+                         f"(ingest it again with --channels {channels})")
+
+
 def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: str | os.PathLike, *,
                step: int | None = None, weights: str = "target", pool: str = "mean", layers: str = "last",
                batch_size: int = 128, mesh: str | None = "data=-1,fsdp=1", force: bool = False,
                on_progress: Callable[[int], None] | None = None,
                on_start: Callable[[int, int], None] | None = None,
+               on_log: Callable[[str], None] | None = None,
                load_run: Callable | None = None) -> dict[str, Any]:
     """Encodes `source` with the encoder of a training run's checkpoint; returns a summary."""
     if layers not in LAYERS:
@@ -277,7 +316,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     store.check_output(output, force, "dataset", [source])  # fail before loading anything
-    store.read_attributes(source)
+    source_attrs = store.read_attributes(source)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
@@ -291,6 +330,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         return objective.encode(p, images, last_layers=last_layers)
 
     objective_config = config.get("objective_config") if isinstance(config, dict) else None
+    _check_channels(source, source_attrs, (objective_config or {}).get("channels"), run_dir)
     image_size = (objective_config or {}).get("image_size")
     transform = objective.eval_transform(image_size)
     mesh_obj = None
@@ -318,5 +358,5 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
                              batch_size=batch_size, mesh=mesh_obj, job=job,
                              attributes={"provenance": provenance, "pool": pool, "layers": layers},
-                             force=force, on_progress=on_progress, on_start=on_start)
+                             force=force, on_progress=on_progress, on_start=on_start, on_log=on_log)
     return summary | {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers}
