@@ -9,11 +9,12 @@ from conftest import assert_user_error
 from jepa_cli.data import store
 
 
-def write_dataset(path, inputs, labels=None, modality="latent", class_names=None):
+def write_dataset(path, inputs, labels=None, modality="latent", class_names=None, provenance=None):
     inputs = np.asarray(inputs)
+    extra = {"provenance": provenance} if provenance is not None else {}
     store.write_group(path, store.base_attributes("dataset", modality=modality, layout="ND",
                                                   class_names=class_names or [], source="test",
-                                                  num_samples=len(inputs)))
+                                                  num_samples=len(inputs), **extra))
     store.write_array(path / "inputs", inputs)
     if labels is not None:
         store.write_array(path / "labels", np.asarray(labels, np.int32))
@@ -131,3 +132,51 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, run_cli):
     assert_user_error(run_cli("probe", "knn", a, a, "--k", "31"), "fewer than k=31")
     assert_user_error(run_cli("probe", "linear", img, img), "--raw")
     assert_user_error(run_cli("probe", "linear", tmp_path / "missing.zarr", a), "missing.zarr")
+
+
+def provenance(**changes):
+    base = {"run": "/runs/a", "step": 500, "weights": "target", "objective": "ijepa", "model": {"model": "tiny"},
+            "source": "/data/train.zarr", "pool": "mean", "layers": "last", "encoder_sha256": "ab" * 32}
+    return base | changes
+
+
+def test_sets_encoded_by_different_checkpoints_are_refused_naming_both(tmp_path, run_cli):
+    x, y = separable(np.random.default_rng(5), 60)
+    tr = write_dataset(tmp_path / "tr.zarr", x, y, provenance=provenance())
+    te = write_dataset(tmp_path / "te.zarr", x, y, provenance=provenance(step=100, source="/data/test.zarr",
+                                                                         encoder_sha256="cd" * 32))
+    assert_user_error(run_cli("probe", "linear", tr, te), "tr.zarr and", "te.zarr were not encoded alike",
+                      f'encoder_sha256 "{"ab" * 32}" vs "{"cd" * 32}"', "step 500 vs 100", "--allow-mismatch")
+
+
+def test_sets_encoded_with_other_pool_or_layers_are_refused(tmp_path, run_cli):
+    x, y = separable(np.random.default_rng(5), 60)
+    tr = write_dataset(tmp_path / "tr.zarr", x, y, provenance=provenance())
+    te = write_dataset(tmp_path / "te.zarr", x, y, provenance=provenance(layers="last4", model={"model": "small"}))
+    assert_user_error(run_cli("probe", "knn", tr, te), 'layers "last" vs "last4"',
+                      'model {"model": "tiny"} vs {"model": "small"}')
+
+
+def test_sets_whose_class_names_differ_are_refused(tmp_path, run_cli):
+    x, y = separable(np.random.default_rng(5), 60, num_classes=2)
+    tr = write_dataset(tmp_path / "tr.zarr", x, y, class_names=["cat", "dog"])
+    te = write_dataset(tmp_path / "te.zarr", x, y, class_names=["dog", "cat"])
+    assert_user_error(run_cli("probe", "linear", tr, te), 'class_names ["cat", "dog"] vs ["dog", "cat"]')
+
+
+def test_allow_mismatch_probes_anyway_and_says_so(tmp_path, run_cli):
+    x, y = separable(np.random.default_rng(5), 60)
+    tr = write_dataset(tmp_path / "tr.zarr", x, y, provenance=provenance())
+    te = write_dataset(tmp_path / "te.zarr", x, y, provenance=provenance(weights="context"))
+    result = run_cli("probe", "knn", tr, te, "--allow-mismatch", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.strip() == 'warning: TRAIN and TEST were not encoded alike (weights "target" vs "context")'
+    out = json.loads(result.stdout)
+    assert out["encoding_mismatch"] == 'weights "target" vs "context"' and out["top1"] == 1.0
+
+
+def test_raw_sets_of_different_sample_shapes_are_refused(tmp_path, run_cli):
+    labels = np.arange(30) % 3
+    a = write_dataset(tmp_path / "a.zarr", np.zeros((30, 4, 8, 1), np.uint8), labels, modality="image")
+    b = write_dataset(tmp_path / "b.zarr", np.zeros((30, 8, 4, 1), np.uint8), labels, modality="image")
+    assert_user_error(run_cli("probe", "linear", a, b, "--raw"), "sample shapes differ", "[4, 8, 1]", "[8, 4, 1]")

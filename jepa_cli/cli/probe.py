@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_console
+from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_console, stderr_log
 
 
 @click.command("probe")
@@ -21,9 +21,12 @@ from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stder
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="attentive: minibatch size (256); knn: test rows per batch (automatic).")
 @click.option("--per-class", is_flag=True, help="Add per-class top-1 accuracy.")
+@click.option("--allow-mismatch", is_flag=True,
+              help="Probe TRAIN and TEST even if they were encoded differently (run, step, weights, pool, layers).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the held-out split / probe init.")
 @output_options
-def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, seed, as_json, verbose, quiet):
+def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, allow_mismatch, seed, as_json,
+            verbose, quiet):
     """Score frozen features with a linear, k-NN or attentive probe.
 
     Features are the `inputs` of latent datasets (from encode-latents), or of any dataset with
@@ -43,8 +46,12 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
 
     console = stderr_console(quiet or as_json and not verbose)
     tokens = probe == "attentive"
-    tr, te, num_classes = feats.load_pair(train, test, raw=raw, tokens=tokens, min_train=k if probe == "knn" else 1)
-    console.log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
+    tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens,
+                                                    min_train=k if probe == "knn" else 1, allow_mismatch=allow_mismatch)
+    if mismatch:
+        stderr_log(quiet)(f"warning: TRAIN and TEST were not encoded alike ({mismatch})")
+    if verbose:  # an error may still follow, and an error must stay the only line on stderr
+        console.log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
     start = time.perf_counter()
     if probe == "linear":
         from jepa_cli.evaluation.linear import linear_probe
@@ -68,6 +75,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     predictions = out.pop("predictions")
     result = {"probe": probe, "top1": out.pop("top1"), "top5": out.pop("top5"), "n_train": tr.n, "n_test": te.n,
               "num_classes": num_classes, "dim": int(tr.x.shape[-1]), "raw": raw, "train": train, "test": test,
+              "encoding_mismatch": mismatch,
               **out, "seconds": round(time.perf_counter() - start, 3)}
     if per_class:
         result["per_class"] = feats.per_class_accuracy(te.labels, predictions, num_classes,

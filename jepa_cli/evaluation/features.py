@@ -7,6 +7,7 @@ dtypes) are scaled to [0, 1] by the dtype's maximum, the baseline every table ne
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ class Features:
     labels: np.ndarray
     class_names: list[str] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
+    sample_shape: tuple[int, ...] = ()  # of one stored sample, before flattening or pooling
 
     @property
     def n(self) -> int:
@@ -51,6 +53,7 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
         raise InputError(f"{path}: modality is {modality!r}, not 'latent' (encode it with "
                          "`jepa encode-latents`, or pass --raw to probe its raw values)")
     x = store.read_array(path / "inputs")
+    sample_shape = tuple(int(d) for d in x.shape[1:])
     labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
     if x.shape[0] != labels.shape[0]:
         raise InputError(f"{path}: inputs has {x.shape[0]} samples but labels has {labels.shape[0]}")
@@ -73,14 +76,49 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
             x = x.mean(axis=1)
     if not np.all(np.isfinite(x)):
         raise InputError(f"{path}: inputs contain NaN or infinite values")
-    return Features(path, x, labels, list(attrs.get("class_names") or []), attrs)
+    return Features(path, x, labels, list(attrs.get("class_names") or []), attrs, sample_shape)
+
+
+def encoding_mismatch(train_attrs: dict[str, Any], test_attrs: dict[str, Any]) -> str | None:
+    """How two sets' encodings differ (their `provenance` attributes apart from the source, and
+    their class names), as one line; None when they match, so that a probe compares like with like."""
+    a = {k: v for k, v in (train_attrs.get("provenance") or {}).items() if k != "source"}
+    b = {k: v for k, v in (test_attrs.get("provenance") or {}).items() if k != "source"}
+    if bool(a) != bool(b):
+        return "only one of them has a provenance (was one not written by encode-latents?)"
+    differences = [f"{key} {_short(a.get(key), b.get(key))}" for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)]
+    names_a, names_b = train_attrs.get("class_names") or [], test_attrs.get("class_names") or []
+    if names_a and names_b and names_a != names_b:
+        differences.append(f"class_names {_short(names_a, names_b)}")
+    return "; ".join(differences) or None
+
+
+def _short(a: Any, b: Any) -> str:
+    """'A vs B' for two differing values; for dicts only the keys that differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        a, b = {k: a.get(k) for k in keys}, {k: b.get(k) for k in keys}
+
+    def text(v: Any) -> str:
+        out = json.dumps(v, sort_keys=True, default=str)
+        return out if len(out) <= 80 else out[:77] + "..."
+
+    return f"{text(a)} vs {text(b)}"
 
 
 def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bool = False,
-              min_train: int = 1) -> tuple[Features, Features, int]:
-    """Loads TRAIN and TEST, checks they agree; returns them and the number of classes."""
+              min_train: int = 1, allow_mismatch: bool = False) -> tuple[Features, Features, int, str | None]:
+    """Loads TRAIN and TEST, checks they agree; returns them, the number of classes, and how their
+    encodings differ (None when they match; an InputError unless `allow_mismatch`)."""
     tr = load_features(train, raw, tokens)
     te = load_features(test, raw, tokens)
+    if (raw or tr.attrs.get("modality") != "latent") and tr.sample_shape != te.sample_shape:
+        raise InputError(f"sample shapes differ: {tr.path} has {list(tr.sample_shape)}, "
+                         f"{te.path} has {list(te.sample_shape)} (ingest both with the same --size and --channels)")
+    mismatch = encoding_mismatch(tr.attrs, te.attrs)
+    if mismatch and not allow_mismatch:
+        raise InputError(f"{tr.path} and {te.path} were not encoded alike ({mismatch}); encode both with the "
+                         "same run, step, --weights, --pool and --layers, or pass --allow-mismatch")
     if tr.x.shape[-1] != te.x.shape[-1]:
         raise InputError(f"feature dimensions differ: {tr.path} has {tr.x.shape[-1]}, "
                          f"{te.path} has {te.x.shape[-1]}")
@@ -90,7 +128,7 @@ def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bo
     num_classes = max(num_classes, len(tr.class_names))
     if len(np.unique(tr.labels)) < 2:
         raise InputError(f"{tr.path}: a probe needs at least two classes in TRAIN")
-    return tr, te, num_classes
+    return tr, te, num_classes, mismatch
 
 
 def per_class_accuracy(labels: np.ndarray, predictions: np.ndarray, num_classes: int,

@@ -1,0 +1,118 @@
+"""Hostile-user cases for `jepa encode-latents` and `jepa probe`, through the real CLI (issue 8)."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from adversarial import ROOT, expect_refusal, run_jepa, snapshot
+from jepa_cli.data import store
+
+RECIPE = ROOT / "recipes" / "ijepa-digits-tiny.toml"
+
+
+def image_dataset(path, n=40, channels=1, seed=0):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a", "b"],
+                                                  source="test", split=None, num_samples=n))
+    store.write_array(path / "inputs", np.random.default_rng(seed).integers(0, 256, (n, 16, 16, channels), np.uint8))
+    store.write_array(path / "labels", (np.arange(n) % 2).astype(np.int32))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_and_data(tmp_path_factory):
+    """A tiny recipe's run at initialisation (step 0) and a matching single-channel dataset."""
+    from jepa_cli.cli.main import cli
+
+    root = tmp_path_factory.mktemp("adv-encode")
+    data = image_dataset(root / "data.zarr")
+    result = CliRunner().invoke(cli, ["train", "--config", str(RECIPE), "--data", str(data), "--out", str(root / "run"),
+                                      "--steps", "0", "--batch-size", "8", "--mesh", "data=1", "-q"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return root / "run", data
+
+
+def test_encoding_images_with_other_channels_than_the_run_is_refused(run_and_data, tmp_path):
+    run, _ = run_and_data
+    rgb = image_dataset(tmp_path / "rgb.zarr", channels=3)
+    expect_refusal("encode-latents", run, rgb, "-o", tmp_path / "emb.zarr", "--mesh", "data=1",
+                   guard=[tmp_path, run], fragments=["rgb.zarr: images have 3 channel(s)", "--channels 1"])
+
+
+def test_encoding_a_mask_file_is_refused(run_and_data, tmp_path):
+    run, _ = run_and_data
+    masks = tmp_path / "m.zarr"
+    store.write_group(masks, store.base_attributes("masks", format_version=1))
+    expect_refusal("encode-latents", run, masks, "-o", tmp_path / "emb.zarr", guard=[tmp_path, run],
+                   fragments=["m.zarr"])
+
+
+def test_encoding_into_the_run_directory_is_refused(run_and_data, tmp_path):
+    run, data = run_and_data
+    expect_refusal("encode-latents", run, data, "-o", run, "--force", guard=[run, data], fragments=[str(run)])
+
+
+def test_a_corrupt_encode_partial_progress_file_never_shows_a_traceback(run_and_data, tmp_path):
+    run, data = run_and_data
+    out = tmp_path / "emb.zarr"
+    partial = tmp_path / ".emb.zarr.partial"
+    (partial / "progress").mkdir(parents=True)
+    (partial / "job.json").write_bytes(b"\x00garbage")
+    result = run_jepa("encode-latents", run, data, "-o", out, "--mesh", "data=1")
+    assert result.returncode == 0, result.stderr
+    assert f"discarding the partial output {partial}: its job.json is damaged" in result.stderr.decode()
+    assert store.read_array(out / "inputs").shape == (40, 64) and not partial.exists()
+
+
+def test_sigterm_during_encode_exits_143_keeps_the_partial_and_resumes_to_the_same_bytes(run_and_data, tmp_path):
+    run, _ = run_and_data
+    data = image_dataset(tmp_path / "big.zarr", n=6000)
+    args = ["encode-latents", run, data, "--mesh", "data=1", "--batch-size", "32"]
+    assert run_jepa(*args, "-o", tmp_path / "whole.zarr").returncode == 0
+    out = tmp_path / "emb.zarr"
+    process = subprocess.Popen([sys.executable, "-m", "jepa_cli", *map(str, args), "-o", str(out)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    partial = tmp_path / ".emb.zarr.partial"
+    deadline = time.time() + 120
+    while not (partial / "inputs").exists():
+        assert process.poll() is None and time.time() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert stderr.decode().splitlines() == ["jepa: error: terminated (SIGTERM)"]
+    assert partial.exists() and not out.exists()
+    assert run_jepa(*args, "-o", out).returncode == 0
+    np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
+
+
+def test_probe_of_sets_from_different_runs_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    sets = []
+    for name, run in (("tr.zarr", "/runs/a"), ("te.zarr", "/runs/b")):
+        path = tmp_path / name
+        store.write_group(path, store.base_attributes(
+            "dataset", modality="latent", layout="ND", class_names=[], source="x", num_samples=20,
+            provenance={"run": run, "step": 1, "weights": "target", "pool": "mean", "layers": "last"}))
+        store.write_array(path / "inputs", rng.normal(size=(20, 4)).astype(np.float32))
+        store.write_array(path / "labels", (np.arange(20) % 2).astype(np.int32))
+        sets.append(path)
+    expect_refusal("probe", "linear", *sets, guard=[tmp_path],
+                   fragments=["not encoded alike", 'run "/runs/a" vs "/runs/b"', "--allow-mismatch"])
+
+
+def test_probe_of_a_truncated_chunk_names_the_array_and_chunk(tmp_path):
+    path = tmp_path / "tr.zarr"
+    store.write_group(path, store.base_attributes("dataset", modality="latent", layout="ND", class_names=[],
+                                                  source="x", num_samples=20))
+    store.write_array(path / "inputs", np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32))
+    store.write_array(path / "labels", (np.arange(20) % 2).astype(np.int32))
+    chunk = next(p for p in (path / "inputs").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(chunk.read_bytes()[:10])
+    expect_refusal("probe", "knn", path, path, "--k", "3", guard=[tmp_path], fragments=["tr.zarr/inputs: chunk"])
