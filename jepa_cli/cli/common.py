@@ -28,6 +28,12 @@ def stderr_console(quiet: bool = False):
     return Console(stderr=True, quiet=quiet)
 
 
+def warn(message: str, quiet: bool = False) -> None:
+    """One line `jepa: warning: ...` on stderr (silenced by --quiet): the command goes on."""
+    if not quiet:
+        click.echo(f"jepa: warning: {' '.join(str(message).split())}", err=True)
+
+
 def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None] | str | None = None) -> None:
     """Prints a command's result: one JSON object with --json, else the human rendering on stdout."""
     if as_json:

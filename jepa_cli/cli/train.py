@@ -5,6 +5,9 @@ from __future__ import annotations
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw
+from jepa_cli.errors import JepaError
+
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
 
 
 def _pair(value: str | None, option: str):
@@ -132,4 +135,17 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
             result["collapse_suspected_at"] = summary["collapse_suspected_at"]
         emit(result, as_json)
     signal_name = summary.get("interrupted")
-    return {"SIGINT": 130, "SIGTERM": 143}.get(signal_name, 0) if signal_name else 0
+    if signal_name:
+        raise StoppedBySignal(signal_name, summary)
+    return 0
+
+
+class StoppedBySignal(JepaError):
+    """Training stopped by SIGINT/SIGTERM after saving: the result is printed, then one error line
+    (as any command stopped by a signal) and exit 130/143."""
+
+    def __init__(self, signal_name: str, summary: dict) -> None:
+        what = "terminated" if signal_name == "SIGTERM" else "interrupted"
+        super().__init__(f"{what} ({signal_name}): saved step {summary.get('step')} in {summary.get('run')}; "
+                         "continue with --resume")
+        self.exit_code = SIGNAL_EXIT[signal_name]

@@ -77,6 +77,7 @@ class Checkpoints:
         try:
             out = self.manager.restore(int(step), args=args)
         except Exception as exc:  # noqa: BLE001 - the tree matched (_precheck): TensorStore, JSON or orbax
+            _silence_abandoned_reads()
             raise self._unreadable(step, exc) from None  # errors here mean damaged files, whatever their type
         _check_shapes(out["state"], target, self.directory.parent, step)
         return out["state"], dict(out["data"] or {}), dict(out["config"] or {})
@@ -151,6 +152,53 @@ class Checkpoints:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+_silenced = False
+
+
+def _silence_abandoned_reads() -> None:
+    """After one read of a damaged checkpoint fails, orbax leaves its other reads in flight; when
+    they fail too, or complete after orbax closed their event loop, Python prints their tracebacks
+    on stderr (asyncio's log, the unraisable hook, the except hook), possibly after the command's
+    one error line. The failure is reported once, as an UnreadableCheckpoint: drop exactly those
+    tracebacks (errors raised in orbax's code, and "Event loop is closed"), for the rest of the process."""
+    import logging
+    import sys
+
+    global _silenced
+    if _silenced:
+        return
+    _silenced = True
+
+    def from_orbax(tb) -> bool:
+        while tb is not None:
+            if "orbax" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        return False
+
+    def loop_closed(exc) -> bool:
+        return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+
+    class _Filter(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            exc = record.exc_info[1] if record.exc_info else None
+            return not (exc is not None and (from_orbax(exc.__traceback__) or loop_closed(exc)))
+
+    logging.getLogger("asyncio").addFilter(_Filter())
+    unraisable, excepthook = sys.unraisablehook, sys.excepthook
+
+    def on_unraisable(info) -> None:
+        code = getattr(info.object, "cr_code", None)
+        if not ((code is not None and "orbax" in code.co_filename) or loop_closed(info.exc_value)):
+            unraisable(info)
+
+    def on_exception(kind, value, tb) -> None:
+        if not (loop_closed(value) or from_orbax(tb)):
+            excepthook(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = on_unraisable, on_exception
 
 
 def _shapes(tree: Any, roots: tuple[str, ...] | None) -> dict[str, tuple[int, ...]]:

@@ -420,8 +420,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                 if saved_at != step_no:
                     save(step_no)
                     saved_at = step_no
-                summary["interrupted"] = stopping
-                cb.on_log(f"{stopping}: saved step {step_no}, stopping (resume with --resume)")
+                summary["interrupted"] = stopping  # the caller says so (the CLI: its last stderr line)
                 break
         final = int(jax.device_get(state.step))
         if saved_at != final:
