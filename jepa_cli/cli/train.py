@@ -102,13 +102,15 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     console = stderr_console(quiet or not main)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
-                        TimeRemainingColumn(), console=console, disable=quiet or not main)
+                        TimeRemainingColumn(), console=console,
+                        disable=quiet or not main or not console.is_terminal)  # a redirected stderr gets logs only
     task = {}
 
     def on_start(info):
         console.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
                     f"{info['devices']} devices, {info['processes']} process(es)")
         task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="")
+        progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
         task["t"] = None
 
     def on_step(m):
@@ -124,8 +126,10 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
 
     callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=lambda msg: console.log(msg),
                           on_checkpoint=(lambda s: console.log(f"checkpoint {s}")) if verbose else (lambda s: None))
-    with progress:
+    try:
         summary = train(config, callbacks=callbacks, resume=resume, force=force)
+    finally:
+        progress.stop()
     if main:
         result = {k: summary.get(k) for k in ("run", "step", "loss", "steps", "objective", "checkpoints")}
         result.update({k: v for k, v in (summary.get("last_metrics") or {}).items() if k not in result})

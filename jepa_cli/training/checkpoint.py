@@ -162,9 +162,13 @@ def _silence_abandoned_reads() -> None:
     they fail too, or complete after orbax closed their event loop, Python prints their tracebacks
     on stderr (asyncio's log, the unraisable hook, the except hook), possibly after the command's
     one error line. The failure is reported once, as an UnreadableCheckpoint: drop exactly those
-    tracebacks (errors raised in orbax's code, and "Event loop is closed"), for the rest of the process."""
+    tracebacks (errors raised in orbax's code, and "Event loop is closed"), for the rest of the process,
+    and at exit give the stray reads a moment to end while these filters still work (during the
+    interpreter's shutdown Python prints with its default hooks)."""
+    import atexit
     import logging
     import sys
+    import time
 
     global _silenced
     if _silenced:
@@ -199,6 +203,7 @@ def _silence_abandoned_reads() -> None:
             excepthook(kind, value, tb)
 
     sys.unraisablehook, sys.excepthook = on_unraisable, on_exception
+    atexit.register(time.sleep, 0.5)  # local reads end within milliseconds
 
 
 def _shapes(tree: Any, roots: tuple[str, ...] | None) -> dict[str, tuple[int, ...]]:
