@@ -228,6 +228,7 @@ def test_run_lock_refuses_a_second_holder_naming_the_first(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
 def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, tmp_path):
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=4, save_every=2))
@@ -241,6 +242,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, 
     assert load_run(run, 4)[3] == 4  # step 4 was trained and saved again
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
 def test_load_run_reports_the_damaged_checkpoint_it_skips(dataset, tmp_path):
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=4, save_every=2))
@@ -252,6 +254,7 @@ def test_load_run_reports_the_damaged_checkpoint_it_skips(dataset, tmp_path):
         load_run(run, 4)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
 def test_resume_with_every_checkpoint_damaged_is_refused_naming_the_step(dataset, tmp_path):
     from adversarial import snapshot
 
@@ -298,12 +301,21 @@ def _ten_images(path):
     store.write_array(path / "inputs", np.zeros((10, 8, 8, 1), np.uint8))
 
 
+def _damaged_chunk(path):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(path / "inputs", np.random.default_rng(0).integers(0, 256, (32, 8, 8, 1), dtype=np.uint8))
+    for chunk in (path / "inputs" / "c").rglob("*"):
+        if chunk.is_file():
+            chunk.write_bytes(chunk.read_bytes()[:7])
+
+
 @pytest.mark.parametrize("make, message", [
     (_latent_set, "modality is 'latent'"),
     (_corrupt_metadata, "damaged array metadata"),
     (_empty, "the dataset is empty"),
     (_ten_images, "--batch-size 16 is larger than the dataset (10 examples)"),
-], ids=["latent-set", "corrupt-zarr-json", "no-samples", "fewer-samples-than-the-batch"])
+    (_damaged_chunk, "example 0 is unreadable, a chunk of 'inputs' is truncated or corrupt"),
+], ids=["latent-set", "corrupt-zarr-json", "no-samples", "fewer-samples-than-the-batch", "truncated-chunk"])
 def test_unusable_data_is_refused_before_anything_is_written(tmp_path, make, message):
     data = tmp_path / "data.zarr"
     make(data)

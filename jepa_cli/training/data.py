@@ -50,10 +50,22 @@ def check_dataset(path: str | Path, modality: str = "image") -> dict[str, Any]:
     return {"num_samples": shape[0], "height": shape[1], "width": shape[2], "channels": shape[3], "attrs": attrs}
 
 
+def _unreadable(path: str | Path, index: int, exc: BaseException) -> InputError:
+    reason = " ".join(str(exc).split())[:200]
+    return InputError(f"{path}: example {index} is unreadable, a chunk of 'inputs' is truncated or corrupt "
+                      f"({reason}); ingest the dataset again")
+
+
 def abstract_batch(path: str | Path, transform: Callable, global_batch: int, sharding: Any) -> dict[str, Any]:
     """The ShapeDtypeStructs of one global batch (as DataLoader yields it), from one transformed
     example: lets the step be traced before any file is written."""
-    example = transform(ZarrImageSource(path)[0], np.random.default_rng(0))
+    try:  # one row through TensorStore: ZarrImageSource would read a small dataset whole
+        row = np.asarray(store.open_array(Path(path) / "inputs")[0].read().result())
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see ZarrImageSource.__getitem__
+        raise _unreadable(path, 0, exc) from None
+    example = transform({"image": row}, np.random.default_rng(0))
     out = {}
     for key, value in dict(example).items():
         value = np.asarray(value)
@@ -96,9 +108,7 @@ class ZarrImageSource:
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - TensorStore reports damaged chunks as ValueErrors and others
-            reason = " ".join(str(exc).split())[:200]
-            raise InputError(f"{self.path}: example {index} is unreadable, a chunk of 'inputs' is truncated or "
-                             f"corrupt ({reason}); ingest the dataset again") from None
+            raise _unreadable(self.path, index, exc) from None
         return {"image": np.asarray(row)}
 
     def __repr__(self) -> str:
