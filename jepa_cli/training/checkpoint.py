@@ -77,7 +77,6 @@ class Checkpoints:
         try:
             out = self.manager.restore(int(step), args=args)
         except Exception as exc:  # noqa: BLE001 - the tree matched (_precheck): TensorStore, JSON or orbax
-            _silence_abandoned_reads()
             raise self._unreadable(step, exc) from None  # errors here mean damaged files, whatever their type
         _check_shapes(out["state"], target, self.directory.parent, step)
         return out["state"], dict(out["data"] or {}), dict(out["config"] or {})
@@ -117,6 +116,7 @@ class Checkpoints:
         return target
 
     def _unreadable(self, step: int, exc: BaseException) -> UnreadableCheckpoint:
+        _silence_abandoned_reads()
         # TensorStore errors end with a multi-line spec dump: keep the first sentence.
         reason = " ".join(str(exc).split("See full TensorStore details")[0].split())[:160] or type(exc).__name__
         return UnreadableCheckpoint(f"{self.directory.parent}: checkpoint at step {step} is unreadable, its files "
