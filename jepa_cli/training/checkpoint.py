@@ -116,7 +116,7 @@ class Checkpoints:
         return target
 
     def _unreadable(self, step: int, exc: BaseException) -> UnreadableCheckpoint:
-        _silence_abandoned_reads()
+        _settle_abandoned_reads_at_exit()
         # TensorStore errors end with a multi-line spec dump: keep the first sentence.
         reason = " ".join(str(exc).split("See full TensorStore details")[0].split())[:160] or type(exc).__name__
         return UnreadableCheckpoint(f"{self.directory.parent}: checkpoint at step {step} is unreadable, its files "
@@ -125,6 +125,8 @@ class Checkpoints:
     def _precheck(self, step: int, target: Any) -> None:
         """Compares the stored tree (paths and shapes) with the target's before reading any array."""
         from etils import epath
+
+        _silence_abandoned_reads()  # before the first read: a stray traceback can come at once
 
         try:
             meta = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "state"))
@@ -155,20 +157,18 @@ class Checkpoints:
 
 
 _silenced = False
+_settling = False
 
 
 def _silence_abandoned_reads() -> None:
-    """After one read of a damaged checkpoint fails, orbax leaves its other reads in flight; when
+    """When one read of a damaged checkpoint fails, orbax leaves its other reads in flight; when
     they fail too, or complete after orbax closed their event loop, Python prints their tracebacks
-    on stderr (asyncio's log, the unraisable hook, the except hook), possibly after the command's
-    one error line. The failure is reported once, as an UnreadableCheckpoint: drop exactly those
-    tracebacks (errors raised in orbax's code, and "Event loop is closed"), for the rest of the process,
-    and at exit give the stray reads a moment to end while these filters still work (during the
-    interpreter's shutdown Python prints with its default hooks)."""
-    import atexit
+    on stderr (asyncio's log, the unraisable hook, the except hook) around the command's one error
+    line. The failure is reported once, as an UnreadableCheckpoint: drop exactly those tracebacks
+    (errors raised in orbax's code, and "Event loop is closed") for the rest of the process. Installed
+    before the first read, since a stray traceback can come from another thread at once."""
     import logging
     import sys
-    import time
 
     global _silenced
     if _silenced:
@@ -185,25 +185,40 @@ def _silence_abandoned_reads() -> None:
     def loop_closed(exc) -> bool:
         return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
 
+    def stray(exc) -> bool:
+        # A read's error may carry no orbax frame (an awaited TensorStore future): its text names TensorStore.
+        return exc is not None and (from_orbax(exc.__traceback__) or loop_closed(exc)
+                                    or "tensorstore" in str(exc).lower())
+
     class _Filter(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            exc = record.exc_info[1] if record.exc_info else None
-            return not (exc is not None and (from_orbax(exc.__traceback__) or loop_closed(exc)))
+            return not stray(record.exc_info[1] if record.exc_info else None)
 
     logging.getLogger("asyncio").addFilter(_Filter())
     unraisable, excepthook = sys.unraisablehook, sys.excepthook
 
     def on_unraisable(info) -> None:
         code = getattr(info.object, "cr_code", None)
-        if not ((code is not None and "orbax" in code.co_filename) or loop_closed(info.exc_value)):
+        if not ((code is not None and "orbax" in code.co_filename) or stray(info.exc_value)):
             unraisable(info)
 
     def on_exception(kind, value, tb) -> None:
-        if not (loop_closed(value) or from_orbax(tb)):
+        if not (stray(value) or from_orbax(tb)):
             excepthook(kind, value, tb)
 
     sys.unraisablehook, sys.excepthook = on_unraisable, on_exception
-    atexit.register(time.sleep, 0.5)  # local reads end within milliseconds
+
+
+def _settle_abandoned_reads_at_exit() -> None:
+    """After a failed read, gives the stray reads a moment at exit to end while the filters above
+    still work (during the interpreter's shutdown Python prints with its default hooks)."""
+    import atexit
+    import time
+
+    global _settling
+    if not _settling:
+        _settling = True
+        atexit.register(time.sleep, 0.5)  # local reads end within milliseconds
 
 
 def _shapes(tree: Any, roots: tuple[str, ...] | None) -> dict[str, tuple[int, ...]]:
