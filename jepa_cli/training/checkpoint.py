@@ -127,7 +127,6 @@ class Checkpoints:
         from etils import epath
 
         _silence_abandoned_reads()  # before the first read: a stray traceback can come at once
-
         try:
             meta = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "state"))
         except Exception as exc:  # noqa: BLE001 - _METADATA is damaged or missing
