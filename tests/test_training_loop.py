@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jepa_cli.data import store
-from jepa_cli.errors import JepaError
+from jepa_cli.errors import InputError, JepaError
 from jepa_cli.training.config import build_config
 from jepa_cli.training.loop import Callbacks, train
 from jepa_cli.training.run import load_run, params_sha256, read_metrics
@@ -157,3 +157,169 @@ def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):
     cfg, obj, host, step = load_run(tmp_path / "z")
     assert step == 0 and cfg["objective"] == TOY
     np.testing.assert_array_equal(host["ema"]["kernel"], host["params"]["encoder"]["kernel"])
+
+
+# ---- issue 8: rates, reusable runs, the run lock, damaged checkpoints, signals, bad data ------------------
+
+def _damage(run, step):
+    """Cuts every data file of the checkpoint's state in half, as a full disk or a bad copy would."""
+    for path in (run / "checkpoints" / str(step) / "state").rglob("*"):
+        if path.is_file() and path.parent.name == "d":
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_every_metrics_row_reports_a_positive_rate(dataset, tmp_path):
+    out = train(_cfg(dataset, tmp_path / "run", steps=3, log_every=1))
+    rates = [m["examples_per_sec"] for m in read_metrics(tmp_path / "run")]
+    assert len(rates) == 3 and all(r > 0 for r in rates), rates
+    assert out["last_metrics"]["examples_per_sec"] == rates[-1]
+
+
+def test_run_without_a_checkpoint_is_trained_again_without_force(dataset, tmp_path):
+    """What a crash before the first save leaves (run.json 'running', rows, no checkpoint) is reused."""
+    import json
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "3.orbax-checkpoint-tmp-1").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"jepa_kind": "run", "config": {}, "status": "running"}))
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "loss": 9.0}\n')
+    out = train(_cfg(dataset, run, steps=2))
+    assert out["checkpoints"] == [2]
+    assert [m["loss"] != 9.0 for m in read_metrics(run)] == [True, True]
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+
+
+def test_truncate_metrics_keeps_rows_up_to_the_step_atomically(tmp_path):
+    from jepa_cli.training.loop import _truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n[3]\n{"step": 3}\n{"step": 4}\n{"step": 5, "lo')
+    _truncate_metrics(path, 3)
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temporary left
+
+
+def test_lock_of_a_killed_trainer_does_not_block_the_next(dataset, tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    train(_cfg(dataset, run, steps=2))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from jepa_cli.training.run import RunLock; "
+                               f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert holder.stdout.readline() == b"locked\n"
+    assert (run / ".lock").read_text() == f"{holder.pid}\n"
+    holder.kill()  # SIGKILL: no cleanup runs, RUN/.lock stays behind
+    holder.wait()
+    assert (run / ".lock").exists()
+    out = train(_cfg(dataset, run, steps=3), resume=True)
+    assert out["step"] == 3 and not (run / ".lock").exists()
+
+
+def test_run_lock_refuses_a_second_holder_naming_the_first(tmp_path):
+    from jepa_cli.training.run import RunLock
+
+    with RunLock(tmp_path):
+        with pytest.raises(InputError, match=f"pid {os.getpid()}"):
+            RunLock(tmp_path).acquire()
+    with RunLock(tmp_path):  # released: free again
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
+def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(dataset, run, steps=4, save_every=2))
+    _damage(run, 4)
+    logs = []
+    out = train(_cfg(dataset, run, steps=6, save_every=2), callbacks=Callbacks(on_log=logs.append), resume=True)
+    assert any("checkpoint at step 4 is unreadable" in m and "using step 2" in m for m in logs), logs
+    assert (run / "unreadable-checkpoints" / "4" / "state").is_dir()
+    assert out["step"] == 6 and out["checkpoints"] == [2, 4, 6]
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4, 5, 6]
+    assert load_run(run, 4)[3] == 4  # step 4 was trained and saved again
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
+def test_load_run_reports_the_damaged_checkpoint_it_skips(dataset, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(dataset, run, steps=4, save_every=2))
+    _damage(run, 4)
+    skipped = []
+    assert load_run(run, on_fallback=lambda step, message: skipped.append((step, message)))[3] == 2
+    assert [s for s, _ in skipped] == [4] and "using step 2" in skipped[0][1]
+    with pytest.raises(InputError, match="checkpoint at step 4 is unreadable"):
+        load_run(run, 4)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
+def test_resume_with_every_checkpoint_damaged_is_refused_naming_the_step(dataset, tmp_path):
+    from adversarial import snapshot
+
+    run = tmp_path / "run"
+    train(_cfg(dataset, run, steps=2))
+    _damage(run, 2)
+    before = snapshot([run])
+    with pytest.raises(InputError, match="no checkpoint reads back .*step 2 is unreadable.*--force"):
+        train(_cfg(dataset, run, steps=4), resume=True)
+    assert snapshot([run]) == before
+
+
+def test_second_sigterm_stops_at_once_without_saving(dataset, tmp_path):
+    from jepa_cli.errors import Terminated
+
+    def terminate_twice(step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Terminated):
+        train(_cfg(dataset, tmp_path / "run", steps=6), callbacks=Callbacks(after_step=terminate_twice))
+    assert not (tmp_path / "run" / "checkpoints" / "2").exists()
+
+
+def _latent_set(path):
+    store.write_group(path, store.base_attributes("dataset", modality="latent", layout="ND", class_names=[]))
+    store.write_array(path / "inputs", np.zeros((32, 16), np.float32))
+
+
+def _corrupt_metadata(path):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    (path / "inputs").mkdir()
+    (path / "inputs" / "zarr.json").write_text('{"shape": [32, 8, 8')
+
+
+def _empty(path):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(path / "inputs", np.zeros((0, 8, 8, 1), np.uint8))
+
+
+def _ten_images(path):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(path / "inputs", np.zeros((10, 8, 8, 1), np.uint8))
+
+
+def _damaged_chunk(path):
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(path / "inputs", np.random.default_rng(0).integers(0, 256, (32, 8, 8, 1), dtype=np.uint8))
+    for chunk in (path / "inputs" / "c").rglob("*"):
+        if chunk.is_file():
+            chunk.write_bytes(chunk.read_bytes()[:7])
+
+
+@pytest.mark.parametrize("make, message", [
+    (_latent_set, "modality is 'latent'"),
+    (_corrupt_metadata, "damaged array metadata"),
+    (_empty, "the dataset is empty"),
+    (_ten_images, "--batch-size 16 is larger than the dataset (10 examples)"),
+    (_damaged_chunk, "example 0 is unreadable, a chunk of 'inputs' is truncated or corrupt"),
+], ids=["latent-set", "corrupt-zarr-json", "no-samples", "fewer-samples-than-the-batch", "truncated-chunk"])
+def test_unusable_data_is_refused_before_anything_is_written(tmp_path, make, message):
+    data = tmp_path / "data.zarr"
+    make(data)
+    with pytest.raises(InputError) as exc:
+        train(_cfg(data, tmp_path / "run"))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "run").exists()

@@ -121,3 +121,37 @@ def test_recipes_parse():
     assert (vith.lr, vith.start_lr, vith.final_lr, vith.warmup_epochs, vith.epochs) == (1e-3, 2e-4, 1e-6, 40, 300)
     assert (vith.wd, vith.final_wd, vith.batch_size, vith.ipe_scale) == (0.04, 0.4, 2048, 1.0)
     assert vith.objective_config["model"] == "huge" and vith.objective_config["patch_size"] == 14
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('steps = "two"', "steps must be an integer >= 0, got 'two'"),
+    ("batch_size = 1.5", "batch_size must be an integer >= 1, got 1.5"),
+    ('betas = "x"', "betas must be two numbers in [0, 1) such as [0.9, 0.999], got 'x'"),
+    ("seed = 4294967296", "seed must be an integer in 0..4294967295, got 4294967296"),
+    ("seed = -1", "seed must be an integer in 0..4294967295, got -1"),
+    ("lr = 0.0", "lr must be a number > 0, got 0.0"),
+    ("lr = nan", "lr must be a number > 0, got nan"),
+    ("steps = -3", "steps must be an integer >= 0, got -3"),
+    ("batch_size = 0", "batch_size must be an integer >= 1, got 0"),
+    ("async_checkpointing = 1", "async_checkpointing must be true or false, got 1"),
+    ("objective = 3", "objective must be a string, got 3"),
+    ("[ijepax]\ndepth = 1", "unknown table [ijepax] (the objective's options go in [ijepa])"),
+])
+def test_toml_value_out_of_type_or_range_names_the_file_and_key(tmp_path, text, expected):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text + "\n")
+    with pytest.raises(InputError) as exc:
+        config_lib.resolve_config({}, recipe)
+    assert str(exc.value) == f"{recipe}: {expected}"
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("steps = 3\nbatch_size = = 4\n")
+    with pytest.raises(InputError, match=r"r\.toml: not valid TOML \(.*line 2"):
+        config_lib.resolve_config({}, recipe)
+
+
+def test_command_line_value_out_of_range_names_the_option():
+    with pytest.raises(InputError, match=r"^--batch-size must be an integer >= 1, got 0$"):
+        config_lib.build_config({"batch_size": 0})

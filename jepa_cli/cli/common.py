@@ -48,6 +48,12 @@ def stderr_log(quiet: bool = False) -> Callable[[str], None]:
     return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def warn(message: str, quiet: bool = False) -> None:
+    """One line `jepa: warning: ...` on stderr (silenced by --quiet): the command goes on."""
+    if not quiet:
+        click.echo(f"jepa: warning: {' '.join(str(message).split())}", err=True)
+
+
 def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None] | str | None = None) -> None:
     """Prints a command's result: one JSON object with --json, else the human rendering on stdout.
 

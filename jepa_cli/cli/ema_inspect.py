@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from jepa_cli.cli.common import emit, output_options
+from jepa_cli.cli.common import emit, output_options, warn
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -26,7 +26,7 @@ def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: 
     """
     from jepa_cli.training.ema import ema_report
 
-    report = ema_report(run, at=at, step=step)
+    report = ema_report(run, at=at, step=step, on_fallback=lambda _step, message: warn(message, quiet))
     if as_json:
         emit({k: v for k, v in report.items()}, True)
     else:

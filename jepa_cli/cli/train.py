@@ -5,6 +5,9 @@ from __future__ import annotations
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw
+from jepa_cli.errors import JepaError
+
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
 
 
 def _pair(value: str | None, option: str):
@@ -99,13 +102,15 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     console = stderr_console(quiet or not main)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
-                        TimeRemainingColumn(), console=console, disable=quiet or not main)
+                        TimeRemainingColumn(), console=console,
+                        disable=quiet or not main or not console.is_terminal)  # a redirected stderr gets logs only
     task = {}
 
     def on_start(info):
         console.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
                     f"{info['devices']} devices, {info['processes']} process(es)")
         task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="")
+        progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
         task["t"] = None
 
     def on_step(m):
@@ -121,8 +126,10 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
 
     callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=lambda msg: console.log(msg),
                           on_checkpoint=(lambda s: console.log(f"checkpoint {s}")) if verbose else (lambda s: None))
-    with progress:
+    try:
         summary = train(config, callbacks=callbacks, resume=resume, force=force)
+    finally:
+        progress.stop()
     if main:
         result = {k: summary.get(k) for k in ("run", "step", "loss", "steps", "objective", "checkpoints")}
         result.update({k: v for k, v in (summary.get("last_metrics") or {}).items() if k not in result})
@@ -132,4 +139,17 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
             result["collapse_suspected_at"] = summary["collapse_suspected_at"]
         emit(result, as_json)
     signal_name = summary.get("interrupted")
-    return {"SIGINT": 130, "SIGTERM": 143}.get(signal_name, 0) if signal_name else 0
+    if signal_name:
+        raise StoppedBySignal(signal_name, summary)
+    return 0
+
+
+class StoppedBySignal(JepaError):
+    """Training stopped by SIGINT/SIGTERM after saving: the result is printed, then one error line
+    (as any command stopped by a signal) and exit 130/143."""
+
+    def __init__(self, signal_name: str, summary: dict) -> None:
+        what = "terminated" if signal_name == "SIGTERM" else "interrupted"
+        super().__init__(f"{what} ({signal_name}): saved step {summary.get('step')} in {summary.get('run')}; "
+                         "continue with --resume")
+        self.exit_code = SIGNAL_EXIT[signal_name]

@@ -1,18 +1,21 @@
 """Orbax checkpoints under RUN/checkpoints/<step>/: state, data iterator state, resolved config,
 package versions. Orbax writes each step to a temporary directory and renames it when complete, so
-a half-written checkpoint is never listed, hence never restored."""
+a half-written checkpoint is never listed, hence never restored. A complete checkpoint whose files
+were damaged later (truncated, overwritten) is an UnreadableCheckpoint naming its step; readers that
+want "the latest" fall back to the newest one that reads back (restore_newest)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 
 from jepa_cli.errors import InputError
 
 ITEMS = ("state", "data", "config", "versions")
+UNREADABLE_DIR = "unreadable-checkpoints"  # RUN/<this>/<step>: where a resume moves damaged checkpoints
 PACKAGES = ("jepa-cli", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "tensorstore", "numpy")
 
 
@@ -24,6 +27,14 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return out
+
+
+class UnreadableCheckpoint(InputError):
+    """A complete checkpoint whose files no longer read back (exit code 2); `step` names it."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 class Checkpoints:
@@ -57,38 +68,80 @@ class Checkpoints:
     def restore(self, step: int, target: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Restores onto `target` (ShapeDtypeStructs with the wanted shardings): any mesh works.
 
-        A checkpoint whose tree or shapes differ from `target` (another model) is an InputError."""
+        A checkpoint whose tree or shapes differ from `target` (another model) is an InputError; one
+        whose files are damaged is an UnreadableCheckpoint."""
         ocp = self._ocp
         self._precheck(step, target)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore(),
                                   config=ocp.args.JsonRestore())
         try:
             out = self.manager.restore(int(step), args=args)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{self.directory.parent}: its checkpoint at step {step} does not match this "
-                             f"model ({' '.join(str(exc).split())[:200]})") from None
+        except Exception as exc:  # noqa: BLE001 - the tree matched (_precheck): TensorStore, JSON or orbax
+            raise self._unreadable(step, exc) from None  # errors here mean damaged files, whatever their type
         _check_shapes(out["state"], target, self.directory.parent, step)
         return out["state"], dict(out["data"] or {}), dict(out["config"] or {})
 
+    def restore_newest(self, target: Any, on_fallback: Callable[[int, str], None] | None = None
+                       ) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(step, state, data, config) of the newest checkpoint that reads back. Each newer, unreadable
+        one is reported as on_fallback(step, message); another model's checkpoint is an InputError at
+        once (every checkpoint of a run holds the same model, so an older one would not help)."""
+        steps = self.steps()
+        if not steps:
+            raise InputError(f"{self.directory.parent}: holds no checkpoint yet")
+        skipped: list[UnreadableCheckpoint] = []
+        for step in reversed(steps):
+            try:
+                restored = self.restore(step, target)
+            except UnreadableCheckpoint as exc:
+                skipped.append(exc)
+                continue
+            for exc in skipped:
+                if on_fallback is not None:
+                    on_fallback(exc.step, f"{exc}; using step {step}, the newest intact checkpoint")
+            return (step, *restored)
+        raise UnreadableCheckpoint(f"{self.directory.parent}: no checkpoint reads back (steps "
+                                   f"{', '.join(map(str, steps))}); the newest: {skipped[0]}", steps[-1])
+
+    def set_aside(self, step: int) -> Path:
+        """Moves a damaged checkpoint out of the way (RUN/unreadable-checkpoints/<step>, never deleted),
+        so that training can save that step again; returns where it went."""
+        aside = self.directory.parent / UNREADABLE_DIR
+        aside.mkdir(exist_ok=True)
+        target, n = aside / str(step), 1
+        while target.exists():
+            target, n = aside / f"{step}.{n}", n + 1
+        (self.directory / str(step)).rename(target)
+        self.manager.reload()
+        return target
+
+    def _unreadable(self, step: int, exc: BaseException) -> UnreadableCheckpoint:
+        _settle_abandoned_reads_at_exit()
+        # TensorStore errors end with a multi-line spec dump: keep the first sentence.
+        reason = " ".join(str(exc).split("See full TensorStore details")[0].split())[:160] or type(exc).__name__
+        return UnreadableCheckpoint(f"{self.directory.parent}: checkpoint at step {step} is unreadable, its files "
+                                    f"are truncated or corrupt ({self.directory / str(step)}: {reason})", int(step))
+
     def _precheck(self, step: int, target: Any) -> None:
-        """Compares the stored params/EMA shapes with the target's before reading any array."""
+        """Compares the stored tree (paths and shapes) with the target's before reading any array."""
         from etils import epath
 
+        _silence_abandoned_reads()  # before the first read: a stray traceback can come at once
         try:
             meta = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "state"))
-        except Exception:  # noqa: BLE001 - no readable metadata: let the restore itself decide
-            return
+        except Exception as exc:  # noqa: BLE001 - _METADATA is damaged or missing
+            raise self._unreadable(step, exc) from None
         meta = getattr(meta, "item_metadata", meta)
-        stored = _shapes(meta, ("params", "ema"))
-        wanted = _shapes(target, ("params", "ema"))
-        if stored.keys() != wanted.keys():
-            diff = sorted(stored.keys() ^ wanted.keys())
-            raise InputError(f"{self.directory.parent}: its checkpoint at step {step} holds another model "
-                             f"(parameter {diff[0]} is in only one of them)")
-        for key, shape in wanted.items():
-            if stored[key] != shape:
-                raise InputError(f"{self.directory.parent}: its checkpoint at step {step} holds another model "
-                                 f"({key}: stored {stored[key]}, this model {shape})")
+        for roots, what in ((("params", "ema"), "another model"), (None, "another optimizer state")):
+            stored, wanted = _shapes(meta, roots), _shapes(target, roots)
+            if stored.keys() != wanted.keys():
+                diff = sorted(stored.keys() ^ wanted.keys())
+                raise InputError(f"{self.directory.parent}: its checkpoint at step {step} holds {what} "
+                                 f"(entry {diff[0]} is in only one of them)")
+            for key, shape in wanted.items():
+                if stored[key] != shape:
+                    raise InputError(f"{self.directory.parent}: its checkpoint at step {step} holds {what} "
+                                     f"({key}: stored {stored[key]}, this model {shape})")
 
     def restore_json(self, step: int, item: str) -> dict[str, Any]:
         ocp = self._ocp
@@ -102,11 +155,77 @@ class Checkpoints:
         self.manager.close()
 
 
-def _shapes(tree: Any, roots: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+_silenced = False
+_settling = False
+
+
+def _silence_abandoned_reads() -> None:
+    """When one read of a damaged checkpoint fails, orbax leaves its other reads in flight; when
+    they fail too, or complete after orbax closed their event loop, Python prints their tracebacks
+    on stderr (asyncio's log, the unraisable hook, the except hook) around the command's one error
+    line. The failure is reported once, as an UnreadableCheckpoint: drop exactly those tracebacks
+    (errors raised in orbax's code, and "Event loop is closed") for the rest of the process. Installed
+    before the first read, since a stray traceback can come from another thread at once."""
+    import logging
+    import sys
+
+    global _silenced
+    if _silenced:
+        return
+    _silenced = True
+
+    def from_orbax(tb) -> bool:
+        while tb is not None:
+            if "orbax" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        return False
+
+    def loop_closed(exc) -> bool:
+        return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+
+    def stray(exc) -> bool:
+        # A read's error may carry no orbax frame (an awaited TensorStore future): its text names TensorStore.
+        return exc is not None and (from_orbax(exc.__traceback__) or loop_closed(exc)
+                                    or "tensorstore" in str(exc).lower())
+
+    class _Filter(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not stray(record.exc_info[1] if record.exc_info else None)
+
+    logging.getLogger("asyncio").addFilter(_Filter())
+    unraisable, excepthook = sys.unraisablehook, sys.excepthook
+
+    def on_unraisable(info) -> None:
+        code = getattr(info.object, "cr_code", None)
+        if not ((code is not None and "orbax" in code.co_filename) or stray(info.exc_value)):
+            unraisable(info)
+
+    def on_exception(kind, value, tb) -> None:
+        if not (stray(value) or from_orbax(tb)):
+            excepthook(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = on_unraisable, on_exception
+
+
+def _settle_abandoned_reads_at_exit() -> None:
+    """After a failed read, gives the stray reads a moment at exit to end while the filters above
+    still work (during the interpreter's shutdown Python prints with its default hooks)."""
+    import atexit
+    import time
+
+    global _settling
+    if not _settling:
+        _settling = True
+        atexit.register(time.sleep, 0.5)  # local reads end within milliseconds
+
+
+def _shapes(tree: Any, roots: tuple[str, ...] | None) -> dict[str, tuple[int, ...]]:
+    """{'params/encoder/kernel': shape, ...} for the leaves under `roots` (None: every leaf)."""
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         names = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
-        if names and names[0] in roots and hasattr(leaf, "shape"):
+        if names and (roots is None or names[0] in roots) and hasattr(leaf, "shape"):
             out["/".join(names)] = tuple(leaf.shape)
     return out
 

@@ -8,6 +8,7 @@ configuration is saved in RUN/run.json and in every checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -59,21 +60,31 @@ RUNTIME_KEYS = {"data", "out"}  # where, not what: never a model mismatch
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Reads a recipe; returns {trainer keys..., 'objective_config': {...}}; unknown keys: InputError."""
+    """Reads a recipe; returns {trainer keys..., 'objective_config': {...}}.
+
+    Unknown keys, values of the wrong type or out of range, and syntax errors are InputErrors that
+    name the file (and the key, or the line)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such config file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a config file (a TOML recipe)")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a TOML file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML ({exc})") from None
+        raise InputError(f"{path}: not valid TOML ({exc})") from None  # exc names the line and column
     objective = raw.get("objective", TrainConfig.objective)
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key == objective and isinstance(value, dict):
             out["objective_config"] = dict(value)
         elif key in TRAINER_KEYS:
+            check_value(key, value, f"{path}: {key}")
             out[key] = value
+        elif isinstance(value, dict):
+            raise InputError(f"{path}: unknown table [{key}] (the objective's options go in [{objective}])")
         else:
             raise InputError(f"{path}: unknown key {key!r}")
     return out
@@ -94,25 +105,94 @@ def merge(*layers: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_config(values: dict[str, Any]) -> TrainConfig:
+    """A TrainConfig from merged layers; every value is checked (type and range) first."""
     unknown = sorted(set(values) - TRAINER_KEYS - {"objective_config"})
     if unknown:
         raise InputError(f"unknown option {unknown[0]!r}")
+    for key, value in values.items():
+        if key != "objective_config":
+            check_value(key, value, "--" + key.replace("_", "-"))
     values = dict(values)
     if "betas" in values:
         values["betas"] = tuple(values["betas"])
-    cfg = TrainConfig(**values)
-    for name in ("batch_size", "grad_accum", "log_every"):
-        if getattr(cfg, name) is None or int(getattr(cfg, name)) <= 0:
-            raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    if cfg.steps is not None and cfg.steps < 0:
-        raise InputError(f"--steps must be >= 0, got {cfg.steps}")
-    if cfg.epochs is not None and cfg.epochs < 0:
-        raise InputError(f"--epochs must be >= 0, got {cfg.epochs}")
-    if cfg.save_every is not None and cfg.save_every <= 0:
-        raise InputError(f"--save-every must be positive, got {cfg.save_every}")
-    if cfg.ipe_scale <= 0:
-        raise InputError(f"--ipe-scale must be positive, got {cfg.ipe_scale}")
-    return cfg
+    return TrainConfig(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """What a trainer key accepts: kind 'int' | 'float' | 'str' | 'bool' | 'betas', a range, None or not."""
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is excluded (lr > 0)
+    nullable: bool = False  # None means "not set" (run.json stores it as null)
+
+    def describe(self) -> str:
+        if self.kind == "betas":
+            return "two numbers in [0, 1) such as [0.9, 0.999]"
+        text = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}[self.kind]
+        if self.low is not None and self.high is not None:
+            return f"{text} in {self.low}..{self.high}"
+        if self.low is not None:
+            return f"{text} {'>' if self.low_open else '>='} {self.low}"
+        return text
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if self.kind == "betas":
+            return (isinstance(value, (list, tuple)) and len(value) == 2
+                    and all(_is_number(b) and 0 <= b < 1 for b in value))
+        if self.kind in ("str", "bool"):
+            return isinstance(value, {"str": str, "bool": bool}[self.kind])
+        if not (_is_number(value) and (self.kind == "float" or isinstance(value, int))):
+            return False
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or value <= self.high
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+RULES: dict[str, _Rule] = {
+    "objective": _Rule("str"),
+    "data": _Rule("str", nullable=True),
+    "out": _Rule("str", nullable=True),
+    "steps": _Rule("int", 0, nullable=True),  # 0: write the initial weights only
+    "epochs": _Rule("float", 0, nullable=True),
+    "batch_size": _Rule("int", 1),
+    "grad_accum": _Rule("int", 1),
+    "mesh": _Rule("str"),
+    "seed": _Rule("int", 0, 2**32 - 1),  # what numpy and jax.random.PRNGKey accept
+    "lr": _Rule("float", 0, low_open=True),
+    "start_lr": _Rule("float", 0),
+    "final_lr": _Rule("float", 0),
+    "warmup_steps": _Rule("int", 0, nullable=True),
+    "warmup_epochs": _Rule("float", 0, nullable=True),
+    "wd": _Rule("float", 0),
+    "final_wd": _Rule("float", 0),
+    "ipe_scale": _Rule("float", 0, low_open=True),
+    "clip_grad": _Rule("float", 0, low_open=True, nullable=True),
+    "betas": _Rule("betas"),
+    "save_every": _Rule("int", 1, nullable=True),
+    "keep": _Rule("int", 0, nullable=True),  # 0 or None: keep every checkpoint
+    "async_checkpointing": _Rule("bool"),
+    "log_every": _Rule("int", 1),
+    "collapse_threshold": _Rule("float", 0),
+    "num_threads": _Rule("int", 1),
+}
+assert RULES.keys() == TRAINER_KEYS, "every trainer key has a rule"
+
+
+def check_value(key: str, value: Any, name: str) -> None:
+    """InputError `NAME must be <what KEY accepts>, got VALUE` unless `value` fits; `name` is how the
+    user wrote the key (`--batch-size`, or `recipe.toml: batch_size`)."""
+    rule = RULES[key]
+    if not rule.accepts(value):
+        raise InputError(f"{name} must be {rule.describe()}, got {value!r}")
 
 
 def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, int]:

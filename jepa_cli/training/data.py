@@ -35,15 +35,43 @@ def check_dataset(path: str | Path, modality: str = "image") -> dict[str, Any]:
     meta_path = path / "inputs" / "zarr.json"
     if not meta_path.exists():
         raise InputError(f"{path}: a dataset needs an 'inputs' array")
-    meta = json.loads(meta_path.read_text())
-    shape = meta["shape"]
+    try:
+        meta = json.loads(meta_path.read_text())
+        shape, dtype = [int(n) for n in meta["shape"]], meta["data_type"]
+    except (OSError, ValueError, TypeError, KeyError):
+        raise InputError(f"{meta_path}: damaged array metadata (not zarr v3 JSON with a shape and data_type); "
+                         "ingest the dataset again") from None
     if len(shape) != 4:
         raise InputError(f"{path}: inputs must be [N,H,W,C] images, got shape {shape}")
-    if meta["data_type"] != "uint8":
-        raise InputError(f"{path}: inputs must be uint8 images, got {meta['data_type']}")
+    if dtype != "uint8":
+        raise InputError(f"{path}: inputs must be uint8 images, got {dtype}")
     if shape[0] == 0:
         raise InputError(f"{path}: the dataset is empty")
     return {"num_samples": shape[0], "height": shape[1], "width": shape[2], "channels": shape[3], "attrs": attrs}
+
+
+def _unreadable(path: str | Path, index: int, exc: BaseException) -> InputError:
+    reason = " ".join(str(exc).split())[:200]
+    return InputError(f"{path}: example {index} is unreadable, a chunk of 'inputs' is truncated or corrupt "
+                      f"({reason}); ingest the dataset again")
+
+
+def abstract_batch(path: str | Path, transform: Callable, global_batch: int, sharding: Any) -> dict[str, Any]:
+    """The ShapeDtypeStructs of one global batch (as DataLoader yields it), from one transformed
+    example: lets the step be traced before any file is written."""
+    try:  # one row through TensorStore: ZarrImageSource would read a small dataset whole
+        row = np.asarray(store.open_array(Path(path) / "inputs")[0].read().result())
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see ZarrImageSource.__getitem__
+        raise _unreadable(path, 0, exc) from None
+    example = transform({"image": row}, np.random.default_rng(0))
+    out = {}
+    for key, value in dict(example).items():
+        value = np.asarray(value)
+        if value.dtype.kind in "biuf":  # as DataLoader: other entries never reach the device
+            out[key] = jax.ShapeDtypeStruct((int(global_batch),) + value.shape, value.dtype, sharding=sharding)
+    return out
 
 
 class ZarrImageSource:
@@ -72,10 +100,15 @@ class ZarrImageSource:
         return self._shape[0]
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        arr = self._open()
-        row = arr[int(index)]
-        if not isinstance(row, np.ndarray):
-            row = row.read().result()
+        try:
+            arr = self._open()
+            row = arr[int(index)]
+            if not isinstance(row, np.ndarray):
+                row = row.read().result()
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - TensorStore reports damaged chunks as ValueErrors and others
+            raise _unreadable(self.path, index, exc) from None
         return {"image": np.asarray(row)}
 
     def __repr__(self) -> str:

@@ -4,19 +4,22 @@ parameters, per top-level module of the averaged subtree. Works for any objectiv
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from jepa_cli.errors import InputError
 
 
-def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = None, points: int = 64) -> dict[str, Any]:
+def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = None, points: int = 64,
+               on_fallback: Callable[[int, str], None] | None = None) -> dict[str, Any]:
+    """The report of `jepa ema-inspect` for checkpoint `step` (None: the newest that reads back; a
+    damaged newer one is reported as on_fallback(step, message), see run.load_run)."""
     import jax
 
     from jepa_cli.training.run import load_run, read_run
 
-    config, objective, host, ckpt_step = load_run(run_dir, step)
+    config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback)
     spec = getattr(objective, "ema_spec", None)
     if spec is None:
         raise InputError(f"{run_dir}: the {config.get('objective')!r} objective keeps no EMA")

@@ -1,8 +1,11 @@
 """The training loop: train(config, objective, callbacks) -> summary.
 
-Validates everything (dataset, objective options, mesh, batch, an existing RUN) before writing
-anything, so bad input leaves RUN untouched. SIGINT/SIGTERM finish the current step, save and
-return; a non-finite loss or gradient stops the run with the last good checkpoint kept.
+Validates everything (dataset, objective options, mesh, batch, an existing RUN, and the step itself,
+traced once on abstract values so that trace-time checks such as the mask options run) before
+writing anything, so bad input leaves RUN untouched or, for a new run, absent. While it trains,
+process 0 holds RUN's lock (run.RunLock): a second trainer on the same RUN is refused. SIGINT/SIGTERM
+finish the current step, save and return (a second signal stops at once); a non-finite loss or
+gradient stops the run with the last good checkpoint kept.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import signal
 import threading
@@ -19,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.errors import InputError, JepaError
+from jepa_cli.errors import InputError, JepaError, Terminated
 from jepa_cli.training.config import TrainConfig, resolve_lengths
 from jepa_cli.training.run import METRICS_FILE, RUN_FILE
 
@@ -44,23 +48,76 @@ class Callbacks:
 
 
 def _check_run_dir(out: Path, resume: bool, force: bool) -> str:
-    """'new', 'resume' or 'force'; refuses to write into an existing RUN otherwise."""
+    """'new', 'resume' or 'force'; refuses to write into an existing RUN otherwise.
+
+    A run with no complete checkpoint (stopped by a crash or an error before its first save) holds
+    nothing to resume or to lose: it is 'new' and is overwritten without --force."""
+    from jepa_cli.training.run import LOCK_FILE, checkpoint_steps
+
     if not out.exists():
         if not out.parent.exists():
             raise InputError(f"{out.parent}: output directory does not exist")
         return "new"
     if not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
-    is_run = (out / RUN_FILE).exists()
-    if not any(out.iterdir()):
+    if not any(p.name != LOCK_FILE for p in out.iterdir()):
         return "new"
-    if not is_run:
+    if not (out / RUN_FILE).exists():
         raise InputError(f"{out}: exists and is not a training run (refusing to write into it)")
+    if not checkpoint_steps(out):
+        return "new"
     if resume:
         return "resume"
     if force:
         return "force"
     raise InputError(f"{out}: already holds a run (use --resume to continue it or --force to replace it)")
+
+
+def _check_out_outside_data(out: Path, data: Path) -> None:
+    """RUN may not be the dataset nor lie inside it (a --force would delete the dataset's files)."""
+    out_r, data_r = out.resolve(), data.resolve()
+    if out_r == data_r or data_r in out_r.parents:
+        raise InputError(f"{out}: --out is inside the dataset {data}; choose a run directory outside it")
+
+
+def _lock_run(out: Path, main: bool):
+    """Process 0 creates RUN if needed and locks it (run.RunLock); the other processes never write,
+    so they never lock, but they learn whether process 0 could and stop with it if not."""
+    import jax
+
+    from jepa_cli.training.run import RunLock
+
+    lock, error = None, None
+    if main:
+        try:
+            out.mkdir(exist_ok=True)
+            lock = RunLock(out)
+            lock.acquire()
+        except InputError as exc:
+            lock, error = None, exc
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        locked = bool(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+        if not locked and error is None:
+            error = InputError(f"{out}: process 0 could not lock the run (see its error)")
+    if error is not None:
+        raise error
+    return lock
+
+
+def _trace_step(step_fn: Callable, abstract: Any, state_sh: Any, batch_spec: dict[str, Any], objective: str) -> None:
+    """Traces the step on abstract values (no compile, no data): checks that run at trace time
+    (I-JEPA's mask options against the patch grid, shapes against the model) fail here, before RUN
+    is written. jit caches the trace, so the first real step does not trace again."""
+    import jax
+
+    state_spec = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_sh)
+    try:
+        step_fn.trace(state_spec, batch_spec)
+    except (TypeError, ValueError) as exc:  # an option of the wrong type (e.g. a string) met an operation
+        reason = " ".join(str(exc).split())[:200]
+        raise InputError(f"the {objective} options do not build a model ({type(exc).__name__}: {reason})") from None
 
 
 def _fill_from_dataset(name: str, objective_config: dict, ds: dict) -> dict:
@@ -107,8 +164,8 @@ class _StopFlag:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame):
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        if self.signal is not None:  # a second signal: stop now, without waiting for the save
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         self.signal = signal.Signals(signum).name
 
     def restore(self) -> None:
@@ -117,31 +174,61 @@ class _StopFlag:
         self._previous.clear()
 
 
+@dataclasses.dataclass
+class _Plan:
+    """Everything train() validated before writing: what the locked part needs."""
+
+    out: Path
+    mode: str  # 'new' | 'resume' | 'force' (_check_run_dir)
+    objective: Any
+    lengths: dict[str, int]
+    mesh: Any
+    tx: Any
+    abstract: Any  # the TrainState of ShapeDtypeStructs
+    state_sh: Any
+    batch_sh: Any
+    transform: Callable
+    step_fn: Callable
+    record: dict[str, Any]  # run.json
+
+
 def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = None, resume: bool = False,
           force: bool = False) -> dict[str, Any]:
     """Trains `objective` (built from config.objective when None) as `config` says; returns a summary."""
     import jax
 
-    from jepa_cli.training import mesh as mesh_lib
-    from jepa_cli.training.checkpoint import Checkpoints
-    from jepa_cli.training.data import DataLoader, check_dataset
-    from jepa_cli.training.run import (abstract_state, build_optimizer, make_objective, objective_config_of,
-                                       read_run, write_run)
-    from jepa_cli.training.state import TrainState, init_state
-    from jepa_cli.training.step import jit_step, make_step_fn
-
     cb = callbacks or Callbacks()
     main = jax.process_index() == 0
     if not main:
         cb = Callbacks()
+    plan = _plan(config, objective, resume, force)
+    created = main and not plan.out.exists()
+    lock = _lock_run(plan.out, main)
+    try:
+        return _train_locked(config, plan, cb, main, resume, force)
+    finally:
+        if lock is not None:
+            lock.release()
+        if created and plan.out.is_dir() and not any(plan.out.iterdir()):
+            plan.out.rmdir()  # failed before writing anything: leave no trace
+
+
+def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
+    """Validates everything (dataset, objective, mesh, batch, RUN, the traced step); writes nothing."""
+    import jax
+
+    from jepa_cli.training import mesh as mesh_lib
+    from jepa_cli.training.data import abstract_batch, check_dataset
+    from jepa_cli.training.run import abstract_state, build_optimizer, make_objective, objective_config_of, read_run
+    from jepa_cli.training.step import jit_step, make_step_fn
+
     if not config.data:
         raise InputError("--data is required")
     if not config.out:
         raise InputError("--out is required")
     out = Path(config.out)
-
-    # ---- validate everything before touching RUN ----------------------------------------------
     ds = check_dataset(config.data)
+    _check_out_outside_data(out, Path(config.data))
     lengths = resolve_lengths(config, ds["num_samples"])
     if objective is None:
         config.objective_config = _fill_from_dataset(config.objective, config.objective_config, ds)
@@ -160,59 +247,108 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
         if stored.get("objective") != config.objective:
             raise InputError(f"{out}: holds a {stored.get('objective')!r} run, not {config.objective!r}")
 
-    key = jax.random.PRNGKey(config.seed)
     abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
     tx, lr_fn, wd_fn, momentum_fn = build_optimizer(config, objective, lengths, abstract_params)
     abstract = abstract_state(objective, tx)
     state_sh = mesh_lib.state_shardings(mesh, abstract)
     batch_sh = mesh_lib.batch_sharding(mesh)
-    resolved = config.to_dict()
-    record = {"jepa_kind": "run", "config": resolved, "lengths": lengths,
+    transform = objective.train_transform(config.objective_config.get("image_size"))
+    step_fn = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, momentum_fn, config.grad_accum),
+                       state_sh, batch_sh, mesh_lib.replicated(mesh))
+    _trace_step(step_fn, abstract, state_sh, abstract_batch(config.data, transform, config.batch_size, batch_sh),
+                config.objective)
+    record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths,
               "dataset": {k: v for k, v in ds.items() if k != "attrs"}, "status": "running"}
+    return _Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
+                 state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record)
 
+
+def _restore(plan: _Plan, config: TrainConfig, cb: Callbacks, main: bool):
+    """(Checkpoints, state, data_state, start_step) of a resumed run, from its newest checkpoint that
+    reads back. Damaged newer ones are reported (on_log) and moved aside by process 0, so that
+    training can save those steps again."""
+    import jax
+
+    from jepa_cli.training.checkpoint import Checkpoints, UnreadableCheckpoint
+    from jepa_cli.training.state import TrainState
+
+    ckpts = Checkpoints(plan.out, keep=config.keep, async_save=config.async_checkpointing, create=False)
+    target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                          plan.abstract.as_dict(), plan.state_sh.as_dict())
+    damaged: list[int] = []
+
+    def fallback(step: int, message: str) -> None:
+        damaged.append(step)
+        cb.on_log(message)
+
+    try:
+        step, restored, data_state, _ = ckpts.restore_newest(target, fallback)  # InputError on another model
+    except UnreadableCheckpoint as exc:
+        ckpts.close()
+        raise InputError(f"{exc} (--force starts the run over)") from None
+    except BaseException:
+        ckpts.close()
+        raise
+    if main:
+        for bad in damaged:
+            cb.on_log(f"moved the unreadable checkpoint {bad} to {ckpts.set_aside(bad)}")
+    elif damaged:
+        ckpts.manager.reload()
+    return ckpts, TrainState.from_dict(restored), data_state, int(step)
+
+
+def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, resume: bool,
+                  force: bool) -> dict[str, Any]:
+    """The part of train() that runs holding RUN's lock: restore or clear RUN, then train."""
+    import jax
+
+    from jepa_cli.training.checkpoint import Checkpoints
+    from jepa_cli.training.data import DataLoader
+    from jepa_cli.training.run import write_run
+    from jepa_cli.training.state import init_state
+
+    out, lengths, objective, tx = plan.out, plan.lengths, plan.objective, plan.tx
+    # Again, under the lock: another trainer may have written RUN since _plan looked.
+    mode = _check_run_dir(out, resume, force)
+    if mode != plan.mode and mode != "new":
+        raise InputError(f"{out}: another process wrote a run here meanwhile; check it, then rerun")
     ckpts = None
     state = None
     data_state: dict[str, Any] = {}
     start_step = 0
-    if mode == "resume" and (out / "checkpoints").exists():
-        ckpts = Checkpoints(out, keep=config.keep, async_save=config.async_checkpointing, create=False)
-        latest = ckpts.latest_step()
-        if latest is not None:
-            target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                                  abstract.as_dict(), state_sh.as_dict())
-            restored, data_state, _ = ckpts.restore(latest, target)  # InputError on another model
-            state = TrainState.from_dict(restored)
-            start_step = int(latest)
+    if mode == "resume":
+        ckpts, state, data_state, start_step = _restore(plan, config, cb, main)
     if lengths["steps"] < start_step:
+        ckpts.close()
         raise InputError(f"{out}: already at step {start_step}, past --steps {lengths['steps']}")
 
     # ---- from here on RUN is written --------------------------------------------------------------
     if main:
-        if mode == "force":
+        if mode in ("new", "force"):  # 'new' may be a run that never saved a checkpoint: start it over
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
             for name in (METRICS_FILE, RUN_FILE):
                 (out / name).unlink(missing_ok=True)
-        out.mkdir(exist_ok=True)
-        write_run(out, record)
+        write_run(out, plan.record)
         _truncate_metrics(out / METRICS_FILE, start_step)
     if ckpts is None:
         ckpts = Checkpoints(out, keep=config.keep, async_save=config.async_checkpointing, create=True)
     if state is None:
-        state = jax.jit(lambda k: init_state(objective, tx, k), out_shardings=state_sh)(key)
+        key = jax.random.PRNGKey(config.seed)
+        state = jax.jit(lambda k: init_state(objective, tx, k), out_shardings=plan.state_sh)(key)
 
-    transform = objective.train_transform(config.objective_config.get("image_size"))
-    loader = DataLoader(config.data, transform, config.batch_size, config.seed, batch_sh, num_threads=config.num_threads)
+    loader = DataLoader(config.data, plan.transform, config.batch_size, config.seed, plan.batch_sh,
+                        num_threads=config.num_threads)
     loader.set_state(data_state)
-    step_fn = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, momentum_fn, config.grad_accum),
-                       state_sh, batch_sh, mesh_lib.replicated(mesh))
-    ckpt_config = {**resolved, "lengths": lengths}
+    step_fn = plan.step_fn
+    record = plan.record
+    ckpt_config = {**record["config"], "lengths": lengths}
 
     def save(step_no: int) -> None:
         ckpts.save(step_no, state.as_dict(), loader.get_state(), ckpt_config)
         cb.on_checkpoint(step_no)
 
     steps = lengths["steps"]
-    cb.on_start({"run": str(out), "start_step": start_step, "steps": steps, "mesh": dict(mesh.shape),
+    cb.on_start({"run": str(out), "start_step": start_step, "steps": steps, "mesh": dict(plan.mesh.shape),
                  "devices": len(jax.devices()), "processes": jax.process_count(), **lengths})
     stop = _StopFlag()
     stop.install()
@@ -230,6 +366,7 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
         def record_metrics(step_no: int, metrics: dict) -> None:
             """Logs one step's metrics; stops on divergence (called one step late, see below)."""
             nonlocal t_last, n_since, last, collapse_reported
+            n_since += config.batch_size  # counted here, not at dispatch: rows are written one step late
             host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
             finite = bool(host.pop("finite"))
             if step_no % config.log_every == 0 or step_no == steps or not finite:
@@ -267,7 +404,6 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
             batch = next(loader)
             state, metrics = step_fn(state, batch)
             step_no = i + 1
-            n_since += config.batch_size
             if pending is not None:
                 record_metrics(*pending)
             pending = (step_no, metrics)
@@ -284,8 +420,7 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
                 if saved_at != step_no:
                     save(step_no)
                     saved_at = step_no
-                summary["interrupted"] = stopping
-                cb.on_log(f"{stopping}: saved step {step_no}, stopping (resume with --resume)")
+                summary["interrupted"] = stopping  # the caller says so (the CLI: its last stderr line)
                 break
         final = int(jax.device_get(state.step))
         if saved_at != final:
@@ -304,14 +439,19 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop lines logged after the checkpoint we continue from."""
+    """On resume, drops the rows logged after the checkpoint training continues from (and any line
+    that is not a row, such as one cut short by a kill), so that no step is listed twice. The file
+    is replaced atomically: a kill meanwhile leaves the old file or the new one."""
     if not path.exists():
         return
     keep = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
+            row = json.loads(line)
         except ValueError:
             continue
-    path.write_text("".join(k + "\n" for k in keep))
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            keep.append(line)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(k + "\n" for k in keep))
+    os.replace(tmp, path)

@@ -1,14 +1,16 @@
 """Run directories: building the objective and optimizer from a resolved config, reading RUN/run.json,
-loading a run's parameters for other commands (encode-latents, ema-inspect), params_sha256."""
+the lock a trainer holds on RUN, loading a run's parameters for other commands (encode-latents,
+ema-inspect), params_sha256."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -16,6 +18,64 @@ from jepa_cli.errors import InputError
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """An exclusive advisory lock on a run directory: flock(2) on RUN/.lock, which holds the pid of
+    the holder. The kernel drops it when the holder exits, however it exits (SIGKILL included), so a
+    lock file left behind is no lock. A second trainer gets an InputError naming the holder."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise InputError(f"{self.run_dir}: another process (pid {holder}) is training in this run; "
+                                 "wait for it to finish or stop it") from None
+            # The previous holder unlinks the file before it lets go (release), so the file we locked
+            # may be gone: then lock the one that is there now.
+            try:
+                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Removes RUN/.lock, then unlocks (in this order: see acquire)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """The steps of RUN's complete checkpoints (orbax's temporary directories are not steps)."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir())
 
 
 def make_objective(name: str, objective_config: dict[str, Any], total_updates: int | None = None):
@@ -92,10 +152,12 @@ def abstract_state(objective, tx):
     return jax.eval_shape(lambda k: init_state(objective, tx, k), jax.ShapeDtypeStruct((2,), np.uint32))
 
 
-def load_run(run_dir: str | Path, step: int | None = None):
+def load_run(run_dir: str | Path, step: int | None = None, on_fallback: Callable[[int, str], None] | None = None):
     """(resolved_config dict, objective, {'params', 'ema'} as host numpy pytrees, step).
 
-    `step` None: the latest checkpoint. A checkpoint that is another model's is an InputError."""
+    `step` None: the newest checkpoint that reads back; each newer, damaged one is reported as
+    on_fallback(step, message). A given `step` that is damaged is an InputError naming it, as is
+    a checkpoint that is another model's."""
     import jax
     from jax.sharding import SingleDeviceSharding
 
@@ -108,21 +170,24 @@ def load_run(run_dir: str | Path, step: int | None = None):
     cfg = build_config(config)
     lengths = record["lengths"]
     objective = make_objective(cfg.objective, cfg.objective_config)
-    ckpts = Checkpoints(run_dir, keep=None, async_save=False, create=False) if (Path(run_dir) / "checkpoints").exists() else None
-    steps = ckpts.steps() if ckpts else []
+    steps = checkpoint_steps(run_dir)
     if not steps:
         raise InputError(f"{run_dir}: holds no checkpoint yet")
-    if step is None:
-        step = steps[-1]
-    elif step not in steps:
+    if step is not None and step not in steps:
         raise InputError(f"{run_dir}: no checkpoint at step {step} (checkpoints: {', '.join(map(str, steps))})")
     abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
     tx, *_ = build_optimizer(cfg, objective, lengths, abstract_params)
     sharding = SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                           abstract_state(objective, tx).as_dict())
-    state, _data, _cfg = ckpts.restore(step, target)
-    ckpts.close()
+    ckpts = Checkpoints(run_dir, keep=None, async_save=False, create=False)
+    try:
+        if step is None:
+            step, state, _data, _cfg = ckpts.restore_newest(target, on_fallback)
+        else:
+            state, _data, _cfg = ckpts.restore(step, target)
+    finally:
+        ckpts.close()
     state = TrainState.from_dict(state)
     host = {"params": jax.tree.map(np.asarray, state.params), "ema": jax.tree.map(np.asarray, state.ema)}
     return config, objective, host, int(step)
@@ -160,11 +225,11 @@ def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str,
 
 
 def describe_run(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
-    """`jepa info RUN`: objective, model, steps done, checkpoints, latest metrics, params_sha256."""
+    """`jepa info RUN`: objective, model, steps done, checkpoints, latest metrics, and params_sha256
+    of the newest checkpoint that reads back (damaged ones are listed in `unreadable_checkpoints`)."""
     record = read_run(path)
     config = record.get("config", {})
-    ckpt_dir = Path(path) / "checkpoints"
-    steps = sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()) if ckpt_dir.exists() else []
+    steps = checkpoint_steps(path)
     out: dict[str, Any] = {
         "objective": config.get("objective"),
         "model": config.get("objective_config", {}).get("model"),
@@ -179,7 +244,17 @@ def describe_run(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
     metrics = read_metrics(path, last=1)
     out["latest_metrics"] = metrics[-1] if metrics else None
     if steps:
-        _config, _objective, host, step = load_run(path)
+        from jepa_cli.training.checkpoint import UnreadableCheckpoint
+
+        unreadable: list[int] = []
+        try:
+            _config, _objective, host, step = load_run(path, on_fallback=lambda s, _msg: unreadable.append(s))
+        except UnreadableCheckpoint as exc:  # the run is still described, without a digest
+            out["unreadable_checkpoints"] = steps
+            out["note"] = f"no params_sha256: {exc}"
+            return out
         out["params_sha256"] = params_sha256(host)
         out["params_sha256_step"] = step
+        if unreadable:
+            out["unreadable_checkpoints"] = sorted(unreadable)
     return out
