@@ -81,3 +81,10 @@ def expect_refusal(*args: str | os.PathLike, guard: Iterable[str | os.PathLike] 
     changed = sorted(set(before.items()) ^ set(after.items()))
     assert not changed, f"refused command changed guarded paths: {changed[:10]}"
     return line
+
+
+def damage_checkpoint(run: str | os.PathLike, step: int) -> None:
+    """Cuts every data file of RUN's checkpoint `step` (its state) in half, as a full disk or a bad copy would."""
+    for path in (Path(run) / "checkpoints" / str(step) / "state").rglob("*"):
+        if path.is_file() and path.parent.name == "d":
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])

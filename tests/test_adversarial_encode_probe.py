@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from adversarial import ROOT, expect_refusal, run_jepa, snapshot
+from adversarial import ROOT, damage_checkpoint, expect_refusal, run_jepa
 from jepa_cli.data import store
 
 RECIPE = ROOT / "recipes" / "ijepa-digits-tiny.toml"
@@ -44,6 +44,17 @@ def test_encoding_images_with_other_channels_than_the_run_is_refused(run_and_dat
                    guard=[tmp_path, run], fragments=["rgb.zarr: images have 3 channel(s)", "--channels 1"])
 
 
+def test_encoding_with_a_damaged_checkpoint_names_its_step(run_and_data, tmp_path):
+    import shutil
+
+    run, data = run_and_data
+    damaged = tmp_path / "run"
+    shutil.copytree(run, damaged)
+    damage_checkpoint(damaged, 0)
+    expect_refusal("encode-latents", damaged, data, "-o", tmp_path / "emb.zarr", "--mesh", "data=1",
+                   guard=[tmp_path, data], fragments=["step 0"])
+
+
 def test_encoding_a_mask_file_is_refused(run_and_data, tmp_path):
     run, _ = run_and_data
     masks = tmp_path / "m.zarr"
@@ -65,7 +76,7 @@ def test_a_corrupt_encode_partial_progress_file_never_shows_a_traceback(run_and_
     (partial / "job.json").write_bytes(b"\x00garbage")
     result = run_jepa("encode-latents", run, data, "-o", out, "--mesh", "data=1")
     assert result.returncode == 0, result.stderr
-    assert f"discarding the partial output {partial}: its job.json is damaged" in result.stderr.decode()
+    assert f"jepa: warning: discarding the partial output {partial}: its job.json is damaged" in result.stderr.decode()
     assert store.read_array(out / "inputs").shape == (40, 64) and not partial.exists()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, snapshot
+from adversarial import ROOT, assert_one_error_line, damage_checkpoint, expect_refusal, run_jepa, snapshot
 
 from jepa_cli.data import store
 from jepa_cli.training.config import build_config
@@ -61,13 +61,6 @@ def finished_run(toy_data, tmp_path) -> Path:
     train(build_config(dict(objective="toy_objective:make", data=str(toy_data), out=str(run), steps=4,
                             batch_size=16, mesh="data=1", save_every=2, warmup_steps=1)))
     return run
-
-
-def _damage(run: Path, step: int) -> None:
-    """Cuts every data file of the checkpoint's state in half, as a full disk or a bad copy would."""
-    for path in (run / "checkpoints" / str(step) / "state").rglob("*"):
-        if path.is_file() and path.parent.name == "d":
-            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def _start_toy_training(data: Path, run: Path) -> subprocess.Popen:
@@ -175,7 +168,7 @@ def test_out_inside_the_dataset_is_refused(toy_data, tmp_path):
 # ---- damaged checkpoints ---------------------------------------------------------------------------------
 
 def test_info_describes_a_run_whose_newest_checkpoint_is_damaged(finished_run):
-    _damage(finished_run, 4)
+    damage_checkpoint(finished_run, 4)
     before = snapshot([finished_run])
     result = run_jepa("info", finished_run, "--json", env=TOY_ENV)
     assert result.returncode == 0, result.stderr.decode()
@@ -186,7 +179,7 @@ def test_info_describes_a_run_whose_newest_checkpoint_is_damaged(finished_run):
 
 
 def test_ema_inspect_of_a_damaged_step_names_the_step(finished_run):
-    _damage(finished_run, 4)
+    damage_checkpoint(finished_run, 4)
     expect_refusal("ema-inspect", finished_run, "--step", "4", guard=[finished_run],
                    fragments=["checkpoint at step 4 is unreadable", str(finished_run / "checkpoints" / "4")],
                    env=TOY_ENV)

@@ -261,6 +261,6 @@ def test_bad_input_exits_2(trained, tmp_path, run_cli, monkeypatch):
     class NoEncoder:
         name = "toy-no-encoder"
 
-    monkeypatch.setattr(runlib, "load_run", lambda run_dir, step=None: ({"objective": "toy"}, NoEncoder(),
+    monkeypatch.setattr(runlib, "load_run", lambda run_dir, step=None, **_: ({"objective": "toy"}, NoEncoder(),
                                                                         {"params": {"w": np.zeros(2)}, "ema": None}, 3))
     assert_user_error(run_cli("encode-latents", run, data, "-o", out), "has no encoder")

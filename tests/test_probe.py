@@ -170,7 +170,7 @@ def test_allow_mismatch_probes_anyway_and_says_so(tmp_path, run_cli):
     te = write_dataset(tmp_path / "te.zarr", x, y, provenance=provenance(weights="context"))
     result = run_cli("probe", "knn", tr, te, "--allow-mismatch", "--json")
     assert result.exit_code == 0, result.stderr
-    assert result.stderr.strip() == 'warning: TRAIN and TEST were not encoded alike (weights "target" vs "context")'
+    assert result.stderr.strip() == 'jepa: warning: TRAIN and TEST were not encoded alike (weights "target" vs "context")'
     out = json.loads(result.stdout)
     assert out["encoding_mismatch"] == 'weights "target" vs "context"' and out["top1"] == 1.0
 

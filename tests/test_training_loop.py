@@ -10,6 +10,7 @@ import signal
 import jax
 import numpy as np
 import pytest
+from adversarial import damage_checkpoint
 
 from jepa_cli.data import store
 from jepa_cli.errors import InputError, JepaError
@@ -161,13 +162,6 @@ def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):
 
 # ---- issue 8: rates, reusable runs, the run lock, damaged checkpoints, signals, bad data ------------------
 
-def _damage(run, step):
-    """Cuts every data file of the checkpoint's state in half, as a full disk or a bad copy would."""
-    for path in (run / "checkpoints" / str(step) / "state").rglob("*"):
-        if path.is_file() and path.parent.name == "d":
-            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
 def test_every_metrics_row_reports_a_positive_rate(dataset, tmp_path):
     out = train(_cfg(dataset, tmp_path / "run", steps=3, log_every=1))
     rates = [m["examples_per_sec"] for m in read_metrics(tmp_path / "run")]
@@ -232,7 +226,7 @@ def test_run_lock_refuses_a_second_holder_naming_the_first(tmp_path):
 def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, tmp_path):
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=4, save_every=2))
-    _damage(run, 4)
+    damage_checkpoint(run, 4)
     logs = []
     out = train(_cfg(dataset, run, steps=6, save_every=2), callbacks=Callbacks(on_log=logs.append), resume=True)
     assert any("checkpoint at step 4 is unreadable" in m and "using step 2" in m for m in logs), logs
@@ -246,7 +240,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, 
 def test_load_run_reports_the_damaged_checkpoint_it_skips(dataset, tmp_path):
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=4, save_every=2))
-    _damage(run, 4)
+    damage_checkpoint(run, 4)
     skipped = []
     assert load_run(run, on_fallback=lambda step, message: skipped.append((step, message)))[3] == 2
     assert [s for s, _ in skipped] == [4] and "using step 2" in skipped[0][1]
@@ -260,7 +254,7 @@ def test_resume_with_every_checkpoint_damaged_is_refused_naming_the_step(dataset
 
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=2))
-    _damage(run, 2)
+    damage_checkpoint(run, 2)
     before = snapshot([run])
     with pytest.raises(InputError, match="no checkpoint reads back .*step 2 is unreadable.*--force"):
         train(_cfg(dataset, run, steps=4), resume=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, progress_bar, stderr_console, stderr_log
+from jepa_cli.cli.common import emit, output_options, progress_bar, stderr_console, warn
 
 
 @click.command("encode-latents")
@@ -58,7 +58,7 @@ def command(run, data, output, step, weights, pool, layers, batch_size, mesh, fo
 
         summary = encode_run(run, data, output, step=step, weights=weights, pool=pool, layers=layers,
                              batch_size=batch_size, mesh=mesh, force=force, on_progress=advance, on_start=on_start,
-                             on_log=stderr_log(quiet))
+                             on_log=lambda message: warn(message, quiet))
     seconds = time.perf_counter() - start
     encoded = summary["num_samples"] - state.get("resumed", 0)
     summary["seconds"] = round(seconds, 3)

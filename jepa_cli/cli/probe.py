@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_console, stderr_log
+from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_console, warn
 
 
 @click.command("probe")
@@ -49,7 +49,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens,
                                                     min_train=k if probe == "knn" else 1, allow_mismatch=allow_mismatch)
     if mismatch:
-        stderr_log(quiet)(f"warning: TRAIN and TEST were not encoded alike ({mismatch})")
+        warn(f"TRAIN and TEST were not encoded alike ({mismatch})", quiet)
     if verbose:  # an error may still follow, and an error must stay the only line on stderr
         console.log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
     start = time.perf_counter()

@@ -310,7 +310,11 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
                on_start: Callable[[int, int], None] | None = None,
                on_log: Callable[[str], None] | None = None,
                load_run: Callable | None = None) -> dict[str, Any]:
-    """Encodes `source` with the encoder of a training run's checkpoint; returns a summary."""
+    """Encodes `source` with the encoder of a training run's checkpoint; returns a summary.
+
+    `on_log(message)` reports what the user should know: a damaged newest checkpoint skipped for
+    an older one, a partial output discarded, a damaged progress file recomputed."""
+    log = on_log or (lambda message: None)
     if layers not in LAYERS:
         raise InputError(f"--layers must be one of {', '.join(LAYERS)}, got {layers!r}")
     if pool not in POOLS:
@@ -322,7 +326,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         raise InputError(f"{run_dir}: no such run directory")
     if load_run is None:
         from jepa_cli.training.run import load_run
-    config, objective, host, step = load_run(run_dir, step)
+    config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
     encoder_params = select_encoder(objective, host, weights, run_dir)
     last_layers = LAYERS[layers]
 
@@ -358,5 +362,5 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
                              batch_size=batch_size, mesh=mesh_obj, job=job,
                              attributes={"provenance": provenance, "pool": pool, "layers": layers},
-                             force=force, on_progress=on_progress, on_start=on_start, on_log=on_log)
+                             force=force, on_progress=on_progress, on_start=on_start, on_log=log)
     return summary | {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers}
