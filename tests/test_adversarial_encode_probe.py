@@ -82,7 +82,7 @@ def test_a_corrupt_encode_partial_progress_file_never_shows_a_traceback(run_and_
 
 def test_sigterm_during_encode_exits_143_keeps_the_partial_and_resumes_to_the_same_bytes(run_and_data, tmp_path):
     run, _ = run_and_data
-    data = image_dataset(tmp_path / "big.zarr", n=10000)
+    data = image_dataset(tmp_path / "big.zarr", n=3000)
     args = ["encode-latents", run, data, "--mesh", "data=1", "--batch-size", "32"]
     assert run_jepa(*args, "-o", tmp_path / "whole.zarr").returncode == 0
     out = tmp_path / "emb.zarr"

@@ -113,6 +113,17 @@ def _prepare(images: np.ndarray, transform: Callable | None, batch_size: int) ->
     return x
 
 
+def source_attributes(source: str | os.PathLike) -> dict[str, Any]:
+    """The group attributes of a dataset that can be encoded; InputError for anything else (a mask
+    file, a run, a latent set, a folder)."""
+    attrs = store.read_attributes(source)
+    if attrs.get("jepa_kind", "dataset") != "dataset" or not (Path(source) / "inputs").exists():
+        raise InputError(f"{source}: not a dataset (needs an 'inputs' array)")
+    if attrs.get("modality") == "latent":
+        raise InputError(f"{source}: is already a latent dataset; encode an image dataset")
+    return attrs
+
+
 def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_fn: Callable, params: Any,
                    transform: Callable | None = None, *, pool: str = "mean", batch_size: int = 128, mesh=None,
                    job: dict[str, Any] | None = None, attributes: dict[str, Any] | None = None,
@@ -134,11 +145,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     source, output = Path(source), Path(output)
     store.check_output(output, force, "dataset", [source])
-    src_attrs = store.read_attributes(source)
-    if src_attrs.get("jepa_kind", "dataset") != "dataset" or not (source / "inputs").exists():
-        raise InputError(f"{source}: not a dataset (needs an 'inputs' array)")
-    if src_attrs.get("modality") == "latent":
-        raise InputError(f"{source}: is already a latent dataset; encode an image dataset")
+    src_attrs = source_attributes(source)
     inputs = store.open_array(source / "inputs")
     n = int(inputs.shape[0])
     if n == 0:
@@ -320,7 +327,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     store.check_output(output, force, "dataset", [source])  # fail before loading anything
-    source_attrs = store.read_attributes(source)
+    source_attrs = source_attributes(source)  # before loading the run: a wrong input fails at once
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
