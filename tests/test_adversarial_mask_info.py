@@ -18,7 +18,7 @@ import click
 import numpy as np
 import pytest
 
-from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa
+from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, snapshot
 from conftest import assert_user_error
 from jepa_cli.cli.main import COMMANDS
 
@@ -47,58 +47,35 @@ def test_mask_grid_over_the_patch_limit_is_refused_at_once(tmp_path):
     assert time.perf_counter() - start < 60  # it used to run for minutes
 
 
-def test_mask_frames_over_the_patch_limit_is_refused(tmp_path):
-    expect_refusal("mask", "--strategy", "multiblock3d", "--frames", "100000", "-o", tmp_path / "m.zarr",
-                   guard=[tmp_path], fragments=["--frames 100000 --grid 14x14 has 19600000 patches"])
+# The bounds below need no process of their own: the in-process runner shows the same one line.
+MASK_REFUSALS = {
+    "frames-over-the-patch-limit": (["--strategy", "multiblock3d", "--frames", "100000", "-o", "{tmp}/m.zarr"],
+                                    ["--frames 100000 --grid 14x14 has 19600000 patches"]),
+    "batch-over-the-cell-limit": (["--grid", "14x14", "--batch", "1000000000", "-o", "{tmp}/m.zarr"],
+                                  ["--batch 1000000000: must lie in 1..136956", "134217728 mask cells"]),
+    "npred-over-the-block-limit": (["--npred", "1000"], ["--npred must lie in 1..64", "1000"]),
+    "blocks-over-all-pairs": (["--strategy", "multiblock3d", "--npred", "60,10"],
+                              ["--npred 60,10: at most 64 blocks", "got 70"]),
+    "context-size-larger-than-the-grid": (["--grid", "14x14", "--context-size", "197", "-o", "{tmp}/m.zarr"],
+                                          ["--context-size 197 must lie in 1..196", "--grid 14x14"]),
+    "inverted-scale": (["--pred-scale", "0.3,0.2"], ["--pred-scale: inverted range 0.3,0.2"]),
+    "negative-scale": (["--enc-scale=-0.5,1"], ["--enc-scale: values must lie in (0, 1], got -0.5,1"]),
+    "ratio-above-one": (["--strategy", "random", "--ratio", "0.4,1.5"],
+                        ["--ratio: values must lie in (0, 1], got 0.4,1.5"]),
+    "aspect-beyond-any-grid": (["--aspect", "0.5,1e9"],
+                               ["--aspect: values must lie in [1/8192, 8192], got 0.5,1e+09"]),
+    "min-keep-above-the-context-block": (["--grid", "4x4", "--min-keep", "99"],
+                                         ["--grid 4x4 cannot hold the context block", "--min-keep 99"]),
+    "block-counts-not-integers": (["--strategy", "multiblock3d", "--npred", "a,b"],
+                                  ["--npred: expected an integer, got 'a'"]),
+}
 
 
-def test_mask_batch_over_the_cell_limit_is_refused(tmp_path):
-    expect_refusal("mask", "--grid", "14x14", "--batch", "1000000000", "-o", tmp_path / "m.zarr", guard=[tmp_path],
-                   fragments=["--batch 1000000000: must lie in 1..136956", "134217728 mask cells"])
-
-
-def test_mask_npred_over_the_block_limit_is_refused(tmp_path):
-    expect_refusal("mask", "--npred", "1000", guard=[tmp_path], fragments=["--npred must lie in 1..64", "1000"])
-
-
-def test_mask_blocks_over_all_pairs_over_the_limit_are_refused(tmp_path):
-    expect_refusal("mask", "--strategy", "multiblock3d", "--npred", "60,10", guard=[tmp_path],
-                   fragments=["--npred 60,10: at most 64 blocks", "got 70"])
-
-
-def test_mask_context_size_larger_than_the_grid_is_refused(tmp_path):
-    expect_refusal("mask", "--grid", "14x14", "--context-size", "197", "-o", tmp_path / "m.zarr", guard=[tmp_path],
-                   fragments=["--context-size 197 must lie in 1..196", "--grid 14x14"])
-
-
-def test_mask_inverted_scale_is_refused(tmp_path):
-    expect_refusal("mask", "--pred-scale", "0.3,0.2", guard=[tmp_path],
-                   fragments=["--pred-scale: inverted range 0.3,0.2"])
-
-
-def test_mask_negative_scale_is_refused(tmp_path):
-    expect_refusal("mask", "--enc-scale=-0.5,1", guard=[tmp_path],
-                   fragments=["--enc-scale: values must lie in (0, 1], got -0.5,1"])
-
-
-def test_mask_scale_above_one_is_refused(tmp_path):
-    expect_refusal("mask", "--strategy", "random", "--ratio", "0.4,1.5", guard=[tmp_path],
-                   fragments=["--ratio: values must lie in (0, 1], got 0.4,1.5"])
-
-
-def test_mask_aspect_beyond_any_grid_is_refused(tmp_path):
-    expect_refusal("mask", "--aspect", "0.5,1e9", guard=[tmp_path],
-                   fragments=["--aspect: values must lie in [1/8192, 8192], got 0.5,1e+09"])
-
-
-def test_mask_min_keep_above_the_context_block_is_refused(tmp_path):
-    expect_refusal("mask", "--grid", "4x4", "--min-keep", "99", guard=[tmp_path],
-                   fragments=["--grid 4x4 cannot hold the context block", "--min-keep 99"])
-
-
-def test_mask_block_counts_that_are_not_integers_are_refused(tmp_path):
-    expect_refusal("mask", "--strategy", "multiblock3d", "--npred", "a,b", guard=[tmp_path],
-                   fragments=["--npred: expected an integer, got 'a'"])
+@pytest.mark.parametrize("args, fragments", MASK_REFUSALS.values(), ids=MASK_REFUSALS.keys())
+def test_mask_option_out_of_bounds_is_refused_writing_nothing(run_cli, tmp_path, args, fragments):
+    before = snapshot([tmp_path])
+    assert_user_error(run_cli("mask", *[a.format(tmp=tmp_path) for a in args]), *fragments)
+    assert snapshot([tmp_path]) == before
 
 
 def test_mask_sigterm_while_writing_exits_143_and_leaves_nothing(tmp_path):
