@@ -6,35 +6,11 @@ import sys
 import time
 
 import numpy as np
-import pytest
-from click.testing import CliRunner
-
 from adversarial import ROOT, damage_checkpoint, expect_refusal, run_jepa
+from test_encode import image_dataset
+from test_encode import trained as run_and_data  # noqa: F401 - a fixture: one tiny run at step 0
+
 from jepa_cli.data import store
-
-RECIPE = ROOT / "recipes" / "ijepa-digits-tiny.toml"
-
-
-def image_dataset(path, n=40, channels=1, seed=0):
-    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a", "b"],
-                                                  source="test", split=None, num_samples=n))
-    store.write_array(path / "inputs", np.random.default_rng(seed).integers(0, 256, (n, 16, 16, channels), np.uint8))
-    store.write_array(path / "labels", (np.arange(n) % 2).astype(np.int32))
-    return path
-
-
-@pytest.fixture(scope="module")
-def run_and_data(tmp_path_factory):
-    """A tiny recipe's run at initialisation (step 0) and a matching single-channel dataset."""
-    from jepa_cli.cli.main import cli
-
-    root = tmp_path_factory.mktemp("adv-encode")
-    data = image_dataset(root / "data.zarr")
-    result = CliRunner().invoke(cli, ["train", "--config", str(RECIPE), "--data", str(data), "--out", str(root / "run"),
-                                      "--steps", "0", "--batch-size", "8", "--mesh", "data=1", "-q"],
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.stderr
-    return root / "run", data
 
 
 def test_encoding_images_with_other_channels_than_the_run_is_refused(run_and_data, tmp_path):

@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "ijepa-digits-tiny.toml"
 
 
-def image_dataset(path, n=40, size=16, seed=0, labels=True):
+def image_dataset(path, n=40, size=16, seed=0, labels=True, channels=1):
     store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a", "b", "c"],
                                                   source="test", split=None, num_samples=n))
-    store.write_array(path / "inputs", np.random.default_rng(seed).integers(0, 256, (n, size, size, 1)).astype(np.uint8))
+    store.write_array(path / "inputs",
+                      np.random.default_rng(seed).integers(0, 256, (n, size, size, channels)).astype(np.uint8))
     if labels:
         store.write_array(path / "labels", (np.arange(n) % 3).astype(np.int32))
     return path
