@@ -144,6 +144,13 @@ def test_toml_value_of_the_wrong_type_names_the_key_and_file(toy_data, tmp_path)
                    guard=[tmp_path], fragments=[str(recipe), "steps", "'two'"], env=TOY_ENV)
 
 
+def test_toml_objective_option_of_the_wrong_type_names_the_option(toy_data, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('steps = 1\n[ijepa]\ndepth = "two"\n')
+    expect_refusal("train", "--config", recipe, "--data", toy_data, "--out", tmp_path / "run",
+                   guard=[tmp_path], fragments=["ijepa option depth must be an integer, got 'two'"])
+
+
 def test_toml_syntax_error_names_the_file_and_line(toy_data, tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text("steps = 3\nbatch_size = = 4\n")

@@ -197,3 +197,19 @@ def test_eval_transform_center_crops_grayscale():
     out = t({"image": img})["image"]
     assert out.shape == (8, 8, 1)
     np.testing.assert_allclose(out, 1.0)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("depth", "two", "ijepa option depth must be an integer, got 'two'"),
+    ("patch_size", 2.5, "ijepa option patch_size must be an integer, got 2.5"),
+    ("ema", [0.996, "one"], "ijepa option ema must be a list of 2 values (a number, a number), got (0.996, 'one')"),
+    ("mean", "gray", "ijepa option mean must be a list of numbers, got 'gray'"),
+    ("async", True, "unknown ijepa option 'async'"),
+])
+def test_an_option_of_the_wrong_type_is_named_before_the_model_is_built(option, value, message):
+    from jepa_cli.errors import InputError
+    from jepa_cli.objectives import make_objective
+
+    with pytest.raises(InputError) as caught:
+        make_objective("ijepa", {"image_size": 16, "patch_size": 2, "channels": 1, option: value})
+    assert str(caught.value) == message

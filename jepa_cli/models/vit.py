@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models.pos_embed import sincos_2d
 
 
@@ -75,6 +76,7 @@ class ModelConfig:
     mlp_ratio: float | None = None
 
     def __post_init__(self):
+        check_field_types(self, "model")
         if self.model not in MODEL_SIZES:
             raise InputError(
                 f"unknown model size {self.model!r} (choose from {', '.join(MODEL_SIZES)})"

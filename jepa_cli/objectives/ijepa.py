@@ -16,6 +16,7 @@ import numpy as np
 
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig, ModuleTemplate
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
@@ -55,6 +56,7 @@ class IJEPAConfig(ModelConfig):
         object.__setattr__(
             self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options)
         )
+        check_field_types(self, "ijepa")  # before any check below compares or measures a value
         if self.loss not in LOSSES:
             raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
         if len(self.ema) != 2 or not 0.0 <= self.ema[0] <= 1.0 or not 0.0 <= self.ema[1] <= 1.0:
