@@ -115,3 +115,35 @@ def test_cell_labels_mark_context_overlap_targets_and_unused():
     targets = np.array([[[False, True, True, False], [False, False, False, False]]])
     [(title, labels)] = cell_labels(None, context, targets, 0)
     assert labels.tolist() == [-2, -3, 0, -1]  # context, context over a target, target block 0, unused
+
+
+def test_png_force_replaces_a_png_but_never_another_file(run_cli, tmp_path):
+    notes = tmp_path / "notes.png"
+    notes.write_text("my notes, not a picture")
+    assert_user_error(run_cli("mask", *MB, "--png", notes, "--force"), "notes.png: is not a PNG picture",
+                      "--force replaces only a PNG picture")
+    assert notes.read_text() == "my notes, not a picture"
+    picture = tmp_path / "m.png"
+    assert run_cli("mask", *MB, "--png", picture).exit_code == 0
+    assert_user_error(run_cli("mask", *MB, "--png", picture), "m.png: already exists")
+    assert run_cli("mask", *MB, "--png", picture, "--force", "--seed", "1").exit_code == 0
+    assert picture.read_bytes().startswith(b"\x89PNG") and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["m.png", "notes.png"]  # written through a temporary sibling, none left behind
+
+
+def test_write_file_never_replaces_a_file_that_appeared_meanwhile(tmp_path, monkeypatch):
+    from jepa_cli.data import store
+    from jepa_cli.errors import InputError
+
+    target = tmp_path / "m.png"
+    real_check = store.check_output_file
+
+    def check_then_another_writer(path, force, magic, what):
+        checked = real_check(path, force, magic, what)
+        target.write_bytes(b"another writer's file")
+        return checked
+
+    monkeypatch.setattr(store, "check_output_file", check_then_another_writer)
+    with pytest.raises(InputError, match="another process wrote it"):
+        store.write_file(target, store.PNG_MAGIC + b"data", False, store.PNG_MAGIC, "PNG picture")
+    assert target.read_bytes() == b"another writer's file" and [p.name for p in tmp_path.iterdir()] == ["m.png"]

@@ -62,11 +62,8 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     if output is not None:
         store.check_output(output, force, "masks", [data] if data is not None else [])
     if png_path is not None:
-        png = Path(png_path)
-        if not png.parent.exists():
-            raise InputError(f"{png.parent}: output directory does not exist")
-        if png.exists() and not force:
-            raise InputError(f"{png}: already exists (use --force to overwrite)")
+        store.check_output_file(png_path, force, store.PNG_MAGIC, "PNG picture")
+        store.check_disjoint(png_path, [p for p in (data, output) if p is not None])
     if data is not None and not Path(data).exists():
         raise InputError(f"{data}: no such file or directory")
 
@@ -114,7 +111,7 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
         write_masks(output, config, context, targets, seed, force=force, log=stderr_log(quiet))
         result["output"] = str(output)
     if png_path is not None:
-        write_png(png_path, config, context, targets, samples, images)
+        write_png(png_path, config, context, targets, samples, images, force=force)
         result["png"] = str(png_path)
 
     if show:

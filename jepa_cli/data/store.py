@@ -189,6 +189,56 @@ def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
+
+
+def check_output_file(path: str | os.PathLike, force: bool, magic: bytes, what: str) -> Path:
+    """Refuses a file output that would destroy data; returns the path. An existing path is refused
+    without `force`, and with `force` unless it is a regular file starting with `magic` (a `what`,
+    e.g. "PNG picture"): a user's other file, a directory or a symbolic link is never replaced."""
+    path = Path(path)
+    _check_utf8(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: output directory does not exist")
+    if os.path.lexists(path):
+        _check_replaceable_file(path, magic, what)
+        if not force:
+            raise InputError(f"{path}: already exists (use --force to overwrite)")
+    return path
+
+
+def _check_replaceable_file(path: Path, magic: bytes, what: str) -> None:
+    advice = f"--force replaces only a {what}; remove it yourself or choose another output"
+    if path.is_symlink() or not path.is_file():
+        raise InputError(f"{path}: is not a regular file; {advice}")
+    with open(path, "rb") as fh:
+        if fh.read(len(magic)) != magic:
+            raise InputError(f"{path}: is not a {what}; {advice}")
+
+
+def write_file(path: str | os.PathLike, data: bytes, force: bool, magic: bytes, what: str) -> None:
+    """Writes `data` to the file `path` atomically: into a hidden temporary sibling renamed into place,
+    never over a path that appeared meanwhile without `force`, and with `force` only over a `what`
+    (`check_output_file`, checked again at the move)."""
+    path = check_output_file(path, force, magic, what)
+    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    previous = _raise_on_sigterm()
+    try:
+        tmp.write_bytes(data)
+        try:
+            rename_no_replace(tmp, path)
+        except FileExistsError:
+            if not force:
+                raise InputError(f"{path}: already exists (another process wrote it while this command ran; "
+                                 "use --force to overwrite)") from None
+            _check_replaceable_file(path, magic, what)
+            os.replace(tmp, path)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        tmp.unlink(missing_ok=True)
+
+
 def rename_no_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Renames `src` to `dst`; FileExistsError if `dst` exists, even an empty directory.
 

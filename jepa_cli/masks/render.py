@@ -72,8 +72,12 @@ def preview_images(data: str, samples: int):
     return x
 
 
-def write_png(path, config, context, targets, samples: int, images=None, cell: int = 16) -> None:
-    """A picture grid: one tile per sample (3D: one row of frames per pair), over real samples if given."""
+def write_png(path, config, context, targets, samples: int, images=None, cell: int = 16, force: bool = False) -> None:
+    """A picture grid: one tile per sample (3D: one row of frames per pair), over real samples if given.
+
+    Written atomically; `force` replaces an existing PNG only (store.write_file)."""
+    import io
+
     from PIL import Image
 
     H, W = config.grid
@@ -106,4 +110,6 @@ def write_png(path, config, context, targets, samples: int, images=None, cell: i
     axis = 0 if config.frames else 1  # 3D samples stack vertically (each is a wide row of frames)
     gap = np.full((12, tiles[0].shape[1], 3) if axis == 0 else (tiles[0].shape[0], 12, 3), 255, np.uint8)
     picture = np.concatenate([x for t in tiles for x in (t, gap)][:-1], axis=axis)
-    Image.fromarray(picture).save(path, format="PNG")
+    buffer = io.BytesIO()
+    Image.fromarray(picture).save(buffer, format="PNG")
+    store.write_file(path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
