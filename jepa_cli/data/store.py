@@ -130,8 +130,8 @@ def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: It
 def remove_stale_partials(final: str | os.PathLike) -> list[str]:
     """Removes what interrupted writes of `final` left behind; returns one message per removal.
 
-    `.NAME.partial-XXXXXXXX/` is removed when no process holds its lock (its writer is gone, even
-    if killed with SIGKILL); a live writer's partial is kept. `.NAME.old-XXXXXXXX/`, a jepa output
+    `.NAME.partial-<8 hex digits>/` is removed when no process holds its lock (its writer is gone, even
+    if killed with SIGKILL); a live writer's partial is kept. `.NAME.old-<8 hex digits>/`, a jepa output
     that a `--force` swap replaced, is removed when NAME exists (the swap completed; anything else
     is kept). encode-latents' resumable `.NAME.partial/` does not match and is kept on purpose.
     """
