@@ -190,3 +190,14 @@ def test_ema_inspect_of_a_damaged_step_names_the_step(finished_run):
     expect_refusal("ema-inspect", finished_run, "--step", "4", guard=[finished_run],
                    fragments=["checkpoint at step 4 is unreadable", str(finished_run / "checkpoints" / "4")],
                    env=TOY_ENV)
+
+
+@pytest.mark.parametrize("record", ['{"jepa_kind": "run"}', "[1, 2]", "not json"], ids=["no-config", "a-list", "garbage"])
+@pytest.mark.parametrize("command", ["info", "ema-inspect", "train"])
+def test_a_damaged_run_json_is_one_line_naming_it(tmp_path, toy_data, command, record):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(record)
+    args = {"info": ["info", run], "ema-inspect": ["ema-inspect", run],
+            "train": ["train", "--resume", "--out", run, "--data", toy_data]}[command]
+    expect_refusal(*args, guard=[tmp_path], fragments=[f"{run / 'run.json'}: damaged"])

@@ -123,9 +123,14 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise InputError(f"{run_dir}: not a training run (no {RUN_FILE})")
     try:
-        return json.loads(path.read_text())
-    except ValueError:
-        raise InputError(f"{path}: unreadable") from None
+        record = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        record = None
+    if not (isinstance(record, dict) and isinstance(record.get("config"), dict)
+            and isinstance(record.get("lengths"), dict)):
+        raise InputError(f"{path}: damaged (not the JSON object with 'config' and 'lengths' that jepa train "
+                         "writes); each checkpoint keeps a copy in checkpoints/<step>/config/")
+    return record
 
 
 def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
