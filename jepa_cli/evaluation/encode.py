@@ -101,13 +101,14 @@ def shift_scale(stats) -> tuple[list[float], list[float]]:
 
 # -- the mechanics -------------------------------------------------------------------------------
 
-def _prepare(images: np.ndarray, transform: Callable | None, batch_size: int) -> np.ndarray:
-    """Transforms a batch of raw samples per example, then pads it to `batch_size` rows."""
+def _prepare(images: np.ndarray, transform: Callable | None, batch_size: int, key: str = "image") -> np.ndarray:
+    """Transforms a batch of raw samples per example (each as {key: sample}, key the dataset's
+    modality), then pads it to `batch_size` rows."""
     if transform is None:
         x = np.asarray(images, np.float32)
     else:
         rng = np.random.default_rng(0)  # evaluation transforms are deterministic; the seed is unused
-        x = np.stack([np.asarray(transform({"image": img}, rng)["image"], np.float32) for img in images])
+        x = np.stack([np.asarray(transform({key: img}, rng)[key], np.float32) for img in images])
     if len(x) < batch_size:
         x = np.concatenate([x, np.zeros((batch_size - len(x),) + x.shape[1:], x.dtype)])
     return x
@@ -158,7 +159,8 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
         batch_size = -(-batch_size // dp) * dp
 
     step, placed = make_step(encode_fn, params, pool, mesh)
-    probe_x = _prepare(store.read(inputs, slice(0, 1)), transform, batch_size)
+    modality = src_attrs.get("modality", "image")
+    probe_x = _prepare(store.read(inputs, slice(0, 1)), transform, batch_size, modality)
     try:
         out_shape = jax.eval_shape(step, placed, jax.ShapeDtypeStruct(probe_x.shape, probe_x.dtype)).shape
     except InputError:
@@ -190,7 +192,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
         parts = []
         pending = None
         for s in range(0, b - a, batch_size):  # dispatch batch s, prepare s+1 while it runs
-            x = _prepare(raw[s:s + batch_size], transform, batch_size)
+            x = _prepare(raw[s:s + batch_size], transform, batch_size, modality)
             real = min(batch_size, b - a - s)
             out = step(placed, x)
             if pending is not None:

@@ -1,4 +1,4 @@
-"""The grain input pipeline over a zarr v3 image dataset.
+"""The grain input pipeline over a zarr v3 dataset (images, video, audio or latents).
 
 source (rows via TensorStore) -> seeded shuffle, reshuffled every epoch -> repeat -> this process's
 share (every process_count-th element) -> the objective's per-example transform (seeded per element)
@@ -21,8 +21,22 @@ from jepa_cli.errors import InputError
 IN_MEMORY_BYTES = 256 << 20  # datasets up to this size are read into memory once
 
 
-def check_dataset(path: str | Path, modality: str = "image") -> dict[str, Any]:
-    """Validates a dataset directory for training; returns {num_samples, height, width, channels, attrs}."""
+# What each modality's `inputs` array holds per example: (ranks of one example, dtypes, description).
+# An objective names the modalities it trains on (`Objective.modalities`, default ("image",)).
+EXAMPLE_RULES: dict[str, tuple[tuple[int, ...], tuple[str, ...], str]] = {
+    "image": ((3,), ("uint8",), "[N,H,W,C] uint8 images"),
+    "video": ((4,), ("uint8",), "[N,T,H,W,C] uint8 clips"),
+    "audio": ((1,), ("float32", "int16"), "[N,samples] float32 or int16 waveforms"),
+    "latent": ((1, 2), ("float32",), "[N,D] or [N,T,D] float32 latents"),
+}
+
+
+def check_dataset(path: str | Path) -> dict[str, Any]:
+    """Validates a dataset directory for training, whatever its modality.
+
+    Returns {num_samples, modality, shape (of one example), dtype, num_classes, attrs}, and for
+    images also {height, width, channels}. The objective's modalities are checked by
+    `check_modality`."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such dataset")
@@ -30,8 +44,9 @@ def check_dataset(path: str | Path, modality: str = "image") -> dict[str, Any]:
     kind = attrs.get("jepa_kind", "dataset")
     if kind != "dataset":
         raise InputError(f"{path}: is a {kind!r}, not a dataset")
-    if attrs.get("modality", modality) != modality:
-        raise InputError(f"{path}: modality is {attrs.get('modality')!r}, this objective trains on {modality!r}")
+    modality = attrs.get("modality", "image")
+    if modality not in EXAMPLE_RULES:
+        raise InputError(f"{path}: unknown modality {modality!r} (known: {', '.join(EXAMPLE_RULES)})")
     meta_path = path / "inputs" / "zarr.json"
     if not meta_path.exists():
         raise InputError(f"{path}: a dataset needs an 'inputs' array")
@@ -41,13 +56,29 @@ def check_dataset(path: str | Path, modality: str = "image") -> dict[str, Any]:
     except (OSError, ValueError, TypeError, KeyError):
         raise InputError(f"{meta_path}: damaged array metadata (not zarr v3 JSON with a shape and data_type); "
                          "ingest the dataset again") from None
-    if len(shape) != 4:
-        raise InputError(f"{path}: inputs must be [N,H,W,C] images, got shape {shape}")
-    if dtype != "uint8":
-        raise InputError(f"{path}: inputs must be uint8 images, got {dtype}")
+    ranks, dtypes, what = EXAMPLE_RULES[modality]
+    if len(shape) - 1 not in ranks:
+        raise InputError(f"{path}: modality {modality!r} needs inputs {what}, got shape {shape}")
+    if dtype not in dtypes:
+        raise InputError(f"{path}: modality {modality!r} needs inputs {what}, got {dtype}")
     if shape[0] == 0:
         raise InputError(f"{path}: the dataset is empty")
-    return {"num_samples": shape[0], "height": shape[1], "width": shape[2], "channels": shape[3], "attrs": attrs}
+    info = {"num_samples": shape[0], "modality": modality, "shape": shape[1:], "dtype": dtype,
+            "num_classes": len(attrs.get("class_names") or []), "attrs": attrs}
+    if modality == "image":
+        info.update(height=shape[1], width=shape[2], channels=shape[3])
+    return info
+
+
+def check_modality(path: str | Path, ds: dict[str, Any], objective: Any, name: str) -> None:
+    """InputError unless the objective trains on the dataset's modality (and has its labels if it
+    needs them)."""
+    modalities = tuple(getattr(objective, "modalities", ("image",)))
+    if ds["modality"] not in modalities:
+        raise InputError(f"{path}: modality is {ds['modality']!r}, objective {name!r} trains on "
+                         f"{' or '.join(repr(m) for m in modalities)}")
+    if getattr(objective, "uses_labels", False) and not (Path(path) / "labels").exists():
+        raise InputError(f"{path}: has no labels, which objective {name!r} needs")
 
 
 def _unreadable(path: str | Path, index: int, exc: BaseException) -> InputError:
@@ -56,16 +87,12 @@ def _unreadable(path: str | Path, index: int, exc: BaseException) -> InputError:
                       f"({reason}); ingest the dataset again")
 
 
-def abstract_batch(path: str | Path, transform: Callable, global_batch: int, sharding: Any) -> dict[str, Any]:
+def abstract_batch(path: str | Path, transform: Callable, global_batch: int, sharding: Any,
+                   with_labels: bool = False) -> dict[str, Any]:
     """The ShapeDtypeStructs of one global batch (as DataLoader yields it), from one transformed
     example: lets the step be traced before any file is written."""
-    try:  # one row through TensorStore: ZarrImageSource would read a small dataset whole
-        row = np.asarray(store.open_array(Path(path) / "inputs")[0].read().result())
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - see ZarrImageSource.__getitem__
-        raise _unreadable(path, 0, exc) from None
-    example = transform({"image": row}, np.random.default_rng(0))
+    source = ZarrSource(path, with_labels=with_labels, whole=False)
+    example = transform(source[0], np.random.default_rng(0))
     out = {}
     for key, value in dict(example).items():
         value = np.asarray(value)
@@ -74,19 +101,26 @@ def abstract_batch(path: str | Path, transform: Callable, global_batch: int, sha
     return out
 
 
-class ZarrImageSource:
-    """A grain RandomAccessDataSource: element i is {'image': uint8 [H, W, C]}."""
+class ZarrSource:
+    """A grain RandomAccessDataSource: element i is {MODALITY: inputs[i]} (the key is the dataset's
+    modality: "image" uint8 [H, W, C], "audio", "video", "latent"), plus {"label": int32 scalar}
+    when `with_labels`. Small datasets are read into memory once unless `whole` is False."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, with_labels: bool = False, whole: bool = True):
         self.path = Path(path)
+        self.key = store.read_attributes(self.path).get("modality", "image")
+        self.with_labels = with_labels
+        self.whole = whole
         self._array = None
+        self._labels = None
         meta = json.loads((self.path / "inputs" / "zarr.json").read_text())
         self._shape = tuple(meta["shape"])
+        self._itemsize = np.dtype(meta["data_type"]).itemsize
 
     def _open(self):
         if self._array is None:
-            nbytes = int(np.prod(self._shape))
-            if nbytes <= IN_MEMORY_BYTES:
+            nbytes = int(np.prod(self._shape)) * self._itemsize
+            if self.whole and nbytes <= IN_MEMORY_BYTES:
                 self._array = store.read_array(self.path / "inputs")
             else:
                 import tensorstore as ts
@@ -94,6 +128,8 @@ class ZarrImageSource:
                 spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((self.path / "inputs").resolve())},
                         "context": {"cache_pool": {"total_bytes_limit": 256 << 20}}, "recheck_cached_data": False}
                 self._array = ts.open(spec, read=True).result()
+            if self.with_labels:
+                self._labels = np.asarray(store.read_array(self.path / "labels"), np.int32)
         return self._array
 
     def __len__(self) -> int:
@@ -109,24 +145,27 @@ class ZarrImageSource:
             raise
         except Exception as exc:  # noqa: BLE001 - TensorStore reports damaged chunks as ValueErrors and others
             raise _unreadable(self.path, index, exc) from None
-        return {"image": np.asarray(row)}
+        example = {self.key: np.asarray(row)}
+        if self.with_labels:
+            example["label"] = self._labels[int(index)]
+        return example
 
     def __repr__(self) -> str:
-        return f"ZarrImageSource({self.path})"
+        return f"ZarrSource({self.path})"
 
 
 class DataLoader:
     """Global batches (dicts of jax.Arrays sharded by `sharding`) from the dataset, resumable."""
 
     def __init__(self, path: str | Path, transform: Callable, global_batch: int, seed: int, sharding: Any,
-                 num_threads: int = 2, prefetch: int = 4):
+                 num_threads: int = 2, prefetch: int = 4, with_labels: bool = False):
         import grain
 
         self.global_batch = int(global_batch)
         pc, pi = jax.process_count(), jax.process_index()
         self.local_batch = self.global_batch // pc
         self.sharding = sharding
-        self.source = ZarrImageSource(path)
+        self.source = ZarrSource(path, with_labels=with_labels)
         ds = grain.MapDataset.source(self.source).shuffle(seed=seed).repeat(None)
         if pc > 1:
             ds = ds[pi::pc]

@@ -120,16 +120,31 @@ def _trace_step(step_fn: Callable, abstract: Any, state_sh: Any, batch_spec: dic
         raise InputError(f"the {objective} options do not build a model ({type(exc).__name__}: {reason})") from None
 
 
+def _uses_labels(objective) -> bool:
+    """Whether batches carry "label" (int32 [B]): objectives that condition on classes say so."""
+    return bool(getattr(objective, "uses_labels", False))
+
+
+def _dataset_options(name: str, ds: dict) -> dict:
+    """Options the dataset implies: the objective class's `dataset_options(ds)` classmethod when it
+    has one; else, for images, the channels and image size."""
+    from jepa_cli.objectives import OBJECTIVES
+
+    hook = getattr(OBJECTIVES.get(name), "dataset_options", None)
+    if hook is not None:
+        return dict(hook(ds))
+    if ds["modality"] != "image":
+        return {}
+    return {"channels": ds["channels"],
+            "image_size": ds["height"] if ds["height"] == ds["width"] else [ds["height"], ds["width"]]}
+
+
 def _fill_from_dataset(name: str, objective_config: dict, ds: dict) -> dict:
-    """Channels and image size default to the dataset's when the objective takes them."""
+    """The options the dataset implies, where the user set none and the objective takes them."""
     from jepa_cli.training.run import make_objective
 
     cfg = dict(objective_config)
-    extra = {}
-    if "channels" not in cfg:
-        extra["channels"] = ds["channels"]
-    if "image_size" not in cfg:
-        extra["image_size"] = ds["height"] if ds["height"] == ds["width"] else [ds["height"], ds["width"]]
+    extra = {k: v for k, v in _dataset_options(name, ds).items() if k not in cfg}
     for key, value in extra.items():
         try:
             make_objective(name, {**cfg, key: value})
@@ -218,7 +233,7 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     import jax
 
     from jepa_cli.training import mesh as mesh_lib
-    from jepa_cli.training.data import abstract_batch, check_dataset
+    from jepa_cli.training.data import abstract_batch, check_dataset, check_modality
     from jepa_cli.training.run import abstract_state, build_optimizer, make_objective, objective_config_of, read_run
     from jepa_cli.training.step import jit_step, make_step_fn
 
@@ -236,8 +251,9 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     elif hasattr(objective, "with_total_updates"):
         objective = objective.with_total_updates(lengths["t_max"])
     config.objective_config = objective_config_of(objective, config.objective_config)
+    check_modality(config.data, ds, objective, config.objective)
     ds_channels = config.objective_config.get("channels")
-    if ds_channels is not None and int(ds_channels) != ds["channels"]:
+    if ds["modality"] == "image" and ds_channels is not None and int(ds_channels) != ds["channels"]:
         raise InputError(f"{config.data}: images have {ds['channels']} channels, the model expects {ds_channels}")
     mesh = mesh_lib.make_mesh(config.mesh)
     mesh_lib.check_batch(config.batch_size, mesh, config.grad_accum)
@@ -255,8 +271,8 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     transform = objective.train_transform(config.objective_config.get("image_size"))
     step_fn = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, momentum_fn, config.grad_accum),
                        state_sh, batch_sh, mesh_lib.replicated(mesh))
-    _trace_step(step_fn, abstract, state_sh, abstract_batch(config.data, transform, config.batch_size, batch_sh),
-                config.objective)
+    batch_spec = abstract_batch(config.data, transform, config.batch_size, batch_sh, _uses_labels(objective))
+    _trace_step(step_fn, abstract, state_sh, batch_spec, config.objective)
     record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths,
               "dataset": {k: v for k, v in ds.items() if k != "attrs"}, "status": "running"}
     return _Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
@@ -337,7 +353,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
         state = jax.jit(lambda k: init_state(objective, tx, k), out_shardings=plan.state_sh)(key)
 
     loader = DataLoader(config.data, plan.transform, config.batch_size, config.seed, plan.batch_sh,
-                        num_threads=config.num_threads)
+                        num_threads=config.num_threads, with_labels=_uses_labels(objective))
     loader.set_state(data_state)
     step_fn = plan.step_fn
     record = plan.record
