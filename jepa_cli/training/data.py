@@ -1,8 +1,10 @@
 """The grain input pipeline over a zarr v3 dataset (images, video, audio or latents).
 
-source (rows via TensorStore) -> seeded shuffle, reshuffled every epoch -> repeat -> this process's
-share (every process_count-th element) -> the objective's per-example transform (seeded per element)
--> per-process batch -> one global jax.Array per key (jax.make_array_from_process_local_data).
+source (rows via TensorStore) -> seeded shuffle, reshuffled every epoch -> repeat -> the objective's
+per-example transform (seeded by the element's place in the stream) -> this process's share (its
+contiguous rows of every global batch) -> per-process batch -> one global jax.Array per key
+(jax.make_array_from_process_local_data). The global batches, and so a run's every number, do not
+depend on how many processes read them.
 The grain iterator's state is JSON and goes into every checkpoint, so resuming continues the stream.
 """
 
@@ -167,9 +169,10 @@ class DataLoader:
         self.sharding = sharding
         self.source = ZarrSource(path, with_labels=with_labels)
         ds = grain.MapDataset.source(self.source).shuffle(seed=seed).repeat(None)
-        if pc > 1:
-            ds = ds[pi::pc]
+        # per-example randomness is keyed by the example's place in the global stream
         ds = ds.random_map(lambda ex, rng: dict(transform(ex, rng)), seed=seed + 1)
+        if pc > 1:
+            ds = _process_share(ds, self.global_batch, self.local_batch, pi)
         ds = ds.batch(self.local_batch, drop_remainder=True)
         self.dataset = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
         self.iterator = iter(self.dataset)
@@ -194,6 +197,20 @@ class DataLoader:
             global_shape = (self.global_batch,) + value.shape[1:]
             out[key] = jax.make_array_from_process_local_data(self.sharding, value, global_shape)
         return out
+
+
+def _process_share(stream, global_batch: int, local_batch: int, process_index: int):
+    """Process p's rows of every global batch: rows [p * L, (p + 1) * L) of batch b are elements
+    b * G + p * L + j of the global stream. So the global batch (assembled in process order by
+    make_array_from_process_local_data) holds the same examples in the same places, with the same
+    per-example randomness, whatever the number of processes."""
+    import grain
+
+    def element(j: int):
+        batch, row = divmod(int(j), local_batch)
+        return stream[batch * global_batch + process_index * local_batch + row]
+
+    return grain.MapDataset.range(len(stream) // (global_batch // local_batch)).map(element)
 
 
 def _jsonable(value):

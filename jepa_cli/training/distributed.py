@@ -46,6 +46,10 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
         return False
     import jax
 
+    # No persistent compilation cache across processes: a program cached by a single-process run
+    # of the same shapes was loaded by one process of a 2-process CPU job and not by the other,
+    # and their collectives no longer matched (gloo "Received data size doesn't match").
+    jax.config.update("jax_enable_compilation_cache", False)
     if explicit:
         if not 0 <= process_id < num_processes:
             raise InputError(f"--process-id {process_id} is not in [0, {num_processes})")

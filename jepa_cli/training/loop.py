@@ -183,6 +183,21 @@ class _StopFlag:
             raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         self.signal = signal.Signals(signum).name
 
+    def agreed(self) -> str | None:
+        """The signal to stop on at this step, the same in every process: with several processes, a
+        signal that reached any of them (they save together, so they must stop at the same step).
+        One tiny host all-gather per step, only in multi-process runs."""
+        import jax
+
+        if jax.process_count() == 1:
+            return self.signal
+        from jax.experimental import multihost_utils
+
+        names = ("SIGINT", "SIGTERM")
+        mine = np.int32(names.index(self.signal) + 1 if self.signal in names else 0)
+        code = int(np.max(multihost_utils.process_allgather(mine)))
+        return names[code - 1] if code else None
+
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
@@ -424,7 +439,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                 record_metrics(*pending)
             pending = (step_no, metrics)
             cb.after_step(step_no)
-            stopping = stop.signal  # read once: a signal arriving later is handled next step
+            stopping = stop.agreed()  # read once: a signal arriving later is handled next step
             wants_save = bool(config.save_every and step_no % config.save_every == 0)
             if wants_save or stopping or step_no == steps:
                 record_metrics(*pending)
