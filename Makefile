@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO := demo
 
-.PHONY: demo test venv clean
+.PHONY: demo test bench venv clean
 
 $(BIN)/python:
 	$(shell command -v $(PYTHON) || echo python3) -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest
+
+# Every benchmark, one table. REFERENCE=DIR (a facebookresearch/ijepa checkout) with REFERENCE_PYTHON
+# (a Python with torch, e.g. `pip install torch==2.13.0`) measures the official step in the same run.
+bench: venv
+	$(BIN)/python benchmarks/all.py $(if $(REFERENCE),--reference $(REFERENCE) --reference-python $(or $(REFERENCE_PYTHON),$(BIN)/python))
 
 clean:
 	rm -rf $(VENV) $(DEMO)

@@ -1,6 +1,6 @@
 """Masks per second: our jitted samplers vs the per-sample NumPy restatement of the official collators.
 
-    .venv/bin/python benchmarks/masks.py [--batch 128] [--repeats 50]
+    .venv/bin/python benchmarks/masks.py [--batch 128] [--repeats 50] [--json]
 
 Cases (issue 3): I-JEPA multi-block on a 14x14 grid and V-JEPA 3D multi-block on 8x14x14, batch 128.
 "Ours" is `jepa_cli.masks.sample` (jitted, on the default JAX backend, static shapes, the derived
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -60,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
     B, n = args.batch, args.repeats
 
@@ -69,19 +71,26 @@ def main() -> None:
         ("multiblock 14x14", mb, lambda rng: ijepa_collate(rng, B, grid=(14, 14))),
         ("multiblock3d 8x14x14", mb3, lambda rng: vjepa_collate(rng, B, frames=8, grid=(14, 14))),
     ]
+    rows = []
+    for name, config, reference in cases:
+        official = dataclasses.replace(config, official_truncation=True)
+        ref, ours, cut = time_blocks([config, official], reference, B, n)
+        for label, seconds in (("NumPy reference", ref), (f"ours (K={masks.context_slots(config)})", ours),
+                               ("ours, official cut", cut)):
+            rows.append({"case": name, "sampler": label, "ms_per_batch": seconds * 1e3,
+                         "masks_per_sec": B / seconds, "vs_reference": ref / seconds})
+    if args.json:
+        print(json.dumps({"backend": jax.default_backend(), "batch": B, "repeats": n, "rows": rows}))
+        return
     print(f"backend: {jax.default_backend()} ({jax.devices()[0].device_kind}), batch {B}, "
           f"median of {n} batches, {os.cpu_count()} CPUs")
     header = f"| {'case':<22} | {'sampler':<19} | {'ms/batch':>9} | {'masks/s':>10} | {'vs reference':>12} |"
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
-    for name, config, reference in cases:
-        official = dataclasses.replace(config, official_truncation=True)
-        ref, ours, cut = time_blocks([config, official], reference, B, n)
-        rows = [("NumPy reference", ref), (f"ours (K={masks.context_slots(config)})", ours),
-                ("ours, official cut", cut)]
-        for label, seconds in rows:
-            print(f"| {name:<22} | {label:<19} | {seconds * 1e3:9.3f} | {B / seconds:10,.0f} | "
-                  f"{ref / seconds:11.1f}x |")
+    for r in rows:
+        print(f"| {r['case']:<22} | {r['sampler']:<19} | {r['ms_per_batch']:9.3f} | {r['masks_per_sec']:10,.0f} | "
+              f"{r['vs_reference']:11.1f}x |")
+
 
 if __name__ == "__main__":
     main()
