@@ -136,7 +136,10 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}")
     store.check_output(out, force, "dataset", source.paths)  # before decoding anything
-    indices = split_indices(source.labels, source.count, split, test_fraction, seed)
+    k = int(source.attributes.get("clips_per_video") or 1)  # video: a split keeps a video's clips together
+    indices = split_indices(None if source.labels is None else source.labels[::k], source.count // k, split,
+                            test_fraction, seed)
+    indices = (indices[:, None] * k + np.arange(k)).reshape(-1)
     if limit is not None:
         indices = indices[:limit]
     if len(indices) == 0:

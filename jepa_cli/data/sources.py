@@ -91,6 +91,8 @@ def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
     if labels_path is not None:
         source.labels, source.class_names = _labels_with_names(load_labels(labels_path), labels_path)
         source.paths.append(Path(labels_path))
+    if source.labels is not None and source.codec is not None:
+        source.labels = video.per_clip(source.labels, source)
     if source.labels is not None and len(source.labels) != source.count:
         where = labels_path or str(path)
         raise InputError(f"{where}: {len(source.labels)} labels for {source.count} samples")

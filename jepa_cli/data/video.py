@@ -145,6 +145,12 @@ def array_source(path: Path, array: np.ndarray, description: str, options: ClipO
                    lambda i: _clip_name(f"{path}[{i // k}]", i % k, k), attributes=attributes)
 
 
+def per_clip(labels: np.ndarray, source: Any) -> np.ndarray:
+    """Labels given per video (an array's labels, --labels), repeated for each of its K clips."""
+    k = int(source.attributes.get("clips_per_video") or 1)
+    return np.repeat(labels, k) if k > 1 and len(labels) * k == source.count else labels
+
+
 def _clip_name(video: str, clip: int, k: int) -> str:
     return video if k == 1 else f"{video}#clip{clip}"
 
@@ -261,7 +267,7 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
 
     return _source(description, len(videos) * k, read,
                    lambda i: _clip_name(utf8_text(str(videos[i // k])), i % k, k),
-                   labels, class_names, paths, attributes)
+                   None if labels is None else np.repeat(labels, k), class_names, paths, attributes)
 
 
 def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
@@ -352,9 +358,10 @@ def moving_digits(query: str) -> Any:
     scale = size // 16  # 8x8 glyphs drawn at half the frame's size: 16x16 in 32x32
     glyph, room = 8 * scale, size - 8 * scale
     rng = np.random.default_rng(20240601)  # fixed: every machine makes the same clips
-    start = rng.integers(0, room + 1, (n, count, 2))
-    direction = rng.integers(0, 4, (n, count))  # 2 * (moves down) + (moves right)
     speed = rng.integers(1, 3, (n, count)) * (scale // 2)  # 1 or 2 pixels a frame at 32x32
+    fastest = 2 * (scale // 2)  # starts this far from the walls: the first step never bounces
+    start = rng.integers(fastest, room - fastest + 1, (n, count, 2))
+    direction = rng.integers(0, 4, (n, count))  # 2 * (moves down) + (moves right), until a bounce
     partner = (np.arange(n) + rng.integers(1, n, n)) % n
     sign = np.stack([np.where(direction >= 2, 1, -1), np.where(direction % 2 == 1, 1, -1)], -1)  # (dy, dx)
     velocity = sign * speed[..., None]
