@@ -12,6 +12,7 @@ never differentiated. Image datasets are refused (modalities): a clip is what it
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -144,11 +145,18 @@ class VJEPAObjective:
 
     def __init__(self, config: VJEPAConfig | None = None):
         self.config = config or VJEPAConfig()
-        mc = self.config.model_config
-        self.model_config = mc
-        pairs = self.config.mask_config.pairs
-        self._encoder = ModuleTemplate(mc.encoder)
-        self._predictor = ModuleTemplate(lambda rngs: mc.predictor(rngs, num_mask_tokens=pairs))
+        self.model_config = self.config.model_config
+
+    # the modules' templates are built on first use: validating options (the trainer builds the
+    # objective once per option the dataset implies) never traces a model
+    @functools.cached_property
+    def _encoder(self) -> ModuleTemplate:
+        return ModuleTemplate(self.model_config.encoder)
+
+    @functools.cached_property
+    def _predictor(self) -> ModuleTemplate:
+        mc, pairs = self.model_config, self.config.mask_config.pairs
+        return ModuleTemplate(lambda rngs: mc.predictor(rngs, num_mask_tokens=pairs))
 
     @classmethod
     def from_config(cls, config: dict) -> "VJEPAObjective":
