@@ -262,3 +262,16 @@ def test_split_keeps_the_clips_of_one_video_on_one_side(run_cli, tmp_path):
     assert len(sides["test"]) == 6 and len(sides["train"]) == 14
     assert not set(sides["test"].tolist()) & set(sides["train"].tolist())
     assert np.all(np.bincount(sides["test"])[sides["test"]] == 2)
+
+
+def test_info_png_draws_one_row_of_frames_per_clip(run_cli, tmp_path):
+    data, png = tmp_path / "md.zarr", tmp_path / "clips.png"
+    assert run_cli("ingest", "builtin:moving-digits", data, "--limit", "3", "-q").exit_code == 0
+    result = run_cli("info", data, "--png", png, "--samples", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["png"] == str(png)
+    with Image.open(png) as picture:  # 16 frames of 32x32 drawn at 64x64, 4-pixel gaps
+        assert picture.size == (16 * 68 - 4, 2 * 68 - 4)
+        first = np.asarray(picture.convert("L"))[:64, :64]
+    np.testing.assert_array_equal(first[::2, ::2], read(data / "inputs")[0, 0, :, :, 0])
+    assert_user_error(run_cli("info", data, "--png", png), "already exists")

@@ -392,3 +392,34 @@ def _bounce(p: int, room: int) -> int:
         return 0
     m = int(p) % (2 * room)
     return m if m <= room else 2 * room - m
+
+
+# -- pictures (`jepa info DATA --png`) ---------------------------------------------------------
+def write_strip_png(data: str | Path, png: str | Path, samples: int, force: bool = False) -> str:
+    """A PNG of the first `samples` samples of a dataset: one row of frames per clip (an image is a
+    one-frame clip), frames scaled up to at least 64 pixels high; written atomically (store.write_file)."""
+    import io
+
+    from PIL import Image
+
+    from jepa_cli.data import store
+    from jepa_cli.masks.render import preview_images
+
+    store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
+    store.check_disjoint(png, [data])
+    x = preview_images(str(data), samples)  # uint8 [n, (T,) H, W, 3]
+    if x.ndim == 4:
+        x = x[:, None]
+    n, t, h, w, _ = x.shape
+    scale = max(1, -(-64 // h))
+    gap = 2 * scale
+    picture = np.full((n * (h * scale + gap) - gap, t * (w * scale + gap) - gap, 3), 255, np.uint8)
+    for i in range(n):
+        for f in range(t):
+            tile = np.kron(x[i, f], np.ones((scale, scale, 1), np.uint8))
+            top, left = i * (h * scale + gap), f * (w * scale + gap)
+            picture[top:top + h * scale, left:left + w * scale] = tile
+    buffer = io.BytesIO()
+    Image.fromarray(picture).save(buffer, format="PNG")
+    store.write_file(png, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    return str(png)
