@@ -255,7 +255,7 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
     def frames_of(v: int) -> tuple[Callable, int, float | None]:
         video = videos[v]
         name = utf8_text(str(video))
-        return _frame_folder(video, name) if video.is_dir() else _decode(video, name)
+        return _frame_folder(video, name) if video.is_dir() else _decode(video, name, options)
 
     def read(i: int):
         get, length, rate = frames_of(i // k)
@@ -309,27 +309,64 @@ def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
     return frames_of, len(files), None
 
 
-def _decode(path: Path, name: str) -> tuple[Callable, int, float | None]:
-    """Decodes every frame of a video (RGB); FFmpeg decodes with its own threads over the cores."""
+def _decode(path: Path, name: str, options: ClipOptions) -> tuple[Callable, int, float | None]:
+    """A video file's frame count and rate, and a reader of the frames its clips need: one decoding
+    pass keeps only those frames (RGB), so memory holds K x F frames, never the whole video. The count
+    is the container's, or one counting pass when it has none; frames the file turns out not to have
+    repeat the last one decoded. FFmpeg decodes with its own threads over the cores."""
     import av
 
     from jepa_cli.data.sources import BadSample
 
+    def fail(exc: Exception) -> BadSample:
+        reason = " ".join(str(exc).split())[:160]
+        return BadSample(utf8_text(f"{name}: cannot decode video ({type(exc).__name__}: {reason})"))
+
+    def open_stream(container):
+        if not container.streams.video:
+            raise BadSample(f"{name}: holds no video stream")
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        return stream
+
     try:
         with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise BadSample(f"{name}: holds no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
+            stream = open_stream(container)
             rate = float(stream.average_rate) if stream.average_rate else None
-            frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+            length = int(stream.frames or 0) or sum(1 for _ in container.decode(stream))
     except BadSample:
         raise
     except Exception as exc:  # noqa: BLE001 - PyAV raises many kinds (InvalidDataError, EOFError, ...)
-        raise BadSample(utf8_text(f"{name}: cannot decode video ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")) from None
-    if frames and len({f.shape for f in frames}) > 1:
-        raise BadSample(f"{name}: frame sizes change inside the video")
-    return (lambda idx: [frames[j] for j in idx]), len(frames), rate
+        raise fail(exc) from None
+    kept: dict[int, np.ndarray] = {}
+
+    def frames_of(idx: np.ndarray) -> list:
+        if not kept:
+            wanted = {int(j) for clip in clip_indices(length, options) for j in clip}
+            last, size = None, None
+            try:
+                with av.open(str(path)) as container:
+                    for j, frame in enumerate(container.decode(open_stream(container))):
+                        if j in wanted:
+                            kept[j] = frame.to_ndarray(format="rgb24")
+                            size = size or kept[j].shape
+                            if kept[j].shape != size:
+                                raise BadSample(f"{name}: frame sizes change inside the video")
+                        last = j
+                        if j >= max(wanted):
+                            break
+            except BadSample:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise fail(exc) from None
+            if last is None:
+                raise BadSample(f"{name}: has no frames")
+            for j in sorted(wanted):  # past the decoded end: the last kept frame
+                if j not in kept:
+                    kept[j] = kept[max(k for k in kept if k < j)]
+        return [kept[int(j)] for j in idx]
+
+    return frames_of, length, rate
 
 
 # -- builtin:moving-digits ---------------------------------------------------------------------
