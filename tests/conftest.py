@@ -5,9 +5,19 @@ import os
 # Must be set before JAX initialises its backend (docs/distributed.md): every test sees 8 CPU devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent XLA cache for the whole run (both xdist workers and every `jepa` subprocess), inside
+# the checkout rather than the user's ~/.cache: the many tiny runs of the same configuration then
+# compile once. The CLI sets JAX's variables from JEPA_CACHE_DIR (cli/main.py); this process sets them
+# the same way below, before anything imports JAX.
+os.environ.setdefault("JEPA_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                     ".pytest_cache", "jepa-xla"))
 
 import pytest
 from click.testing import CliRunner
+
+from jepa_cli.cli.main import use_compilation_cache
+
+use_compilation_cache(os.environ)
 
 
 class CliResult:

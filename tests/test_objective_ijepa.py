@@ -10,7 +10,7 @@ import pytest
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import EMASpec, IJEPAConfig, IJEPAObjective, Objective, make_objective
-from jepa_cli.objectives.ijepa import _layer_norm_no_affine, masked_token_loss
+from jepa_cli.objectives.ijepa import layer_norm_no_affine, masked_token_loss
 from jepa_cli.objectives.telemetry import repr_cov_offdiag, repr_std
 
 # 32x32 images, patch 4 -> an 8x8 grid (room for the official multiblock masks)
@@ -79,7 +79,7 @@ def test_loss_equals_its_definition_on_hand_masks(setup, grad_fn):
     @jax.jit
     def reference(p, e):
         enc, tgt, pred = obj.encoder(p["encoder"]), obj.encoder(e), obj.predictor(p["predictor"])
-        h = _layer_norm_no_affine(tgt(images))
+        h = layer_norm_no_affine(tgt(images))
         ctx = enc(images, m.context_index[:, 0, :8])  # only the 8 valid context tokens, unpadded
         return h, ctx, pred(ctx, m.context_index[:, 0, :8], None, m.target_index, None)
 

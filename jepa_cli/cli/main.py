@@ -68,6 +68,7 @@ class JepaGroup(click.Group):
             raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        use_compilation_cache(os.environ)
         # SIGTERM ends every command like Ctrl-C (cleanup runs, exit 143); `jepa train` installs its
         # own handler while it trains, to finish the step and save first.
         if threading.current_thread() is threading.main_thread():
@@ -101,6 +102,32 @@ class JepaGroup(click.Group):
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         sys.exit(0)
+
+
+CACHE_MAX_BYTES = 2 << 30  # the persistent XLA cache evicts least-recently-used entries past 2 GiB
+
+
+def compilation_cache_dir(env) -> str | None:
+    """Where compiled XLA programs persist between commands: $JEPA_CACHE_DIR, by default
+    $XDG_CACHE_HOME/jepa/xla (~/.cache/jepa/xla); None when JEPA_CACHE_DIR is off, 0 or empty."""
+    value = env.get("JEPA_CACHE_DIR")
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "false", "none") else value
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jepa", "xla")
+
+
+def use_compilation_cache(env) -> None:
+    """Turns JAX's persistent compilation cache on for this process and its children, through the
+    environment variables JAX reads when it is imported (so `jepa --help` still imports no JAX). A
+    second run of the same configuration then loads its step instead of compiling it. The size cap
+    makes JAX guard the cache with a file lock, so concurrent commands share it safely. A user's own
+    JAX_COMPILATION_CACHE_DIR wins."""
+    directory = compilation_cache_dir(env)
+    if directory is None:
+        return
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", directory)
+    env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
 
 
 class _StderrLog(logging.Handler):

@@ -34,6 +34,9 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
               help="Reproduce I-JEPA's exclusive position bound (last row/column never masked).")
 @click.option("--official-truncation", is_flag=True, default=None,
               help="Cut contexts to the batch minimum, lowest indices kept, as the official collators.")
+@click.option("--collator-batch", type=click.IntRange(min=1),
+              help="With --official-truncation: cut over groups of this many samples (the official per-GPU "
+                   "batch, 128 in in1k_vith14) instead of the whole batch.")
 @click.option("-o", "--output", type=click.Path(dir_okay=True, file_okay=False), help="Write a mask file (zarr v3).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @click.option("--show", is_flag=True, help="Draw the first samples in the terminal.")
@@ -45,7 +48,7 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
 @output_options
 def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_scale, min_keep, allow_overlap,
             ratio, temporal_scale, max_temporal_keep, context_size, official_positions, official_truncation,
-            output, force, show, png_path, data, samples, stats, as_json, verbose, quiet) -> None:
+            collator_batch, output, force, show, png_path, data, samples, stats, as_json, verbose, quiet) -> None:
     """Sample JEPA context/target masks; write, show, picture or summarize them.
 
     \b
@@ -74,7 +77,8 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
         strategy, grid=hxw, frames=frames, npred=npred, pred_scale=pred_scale, aspect=aspect,
         enc_scale=enc_scale, min_keep=min_keep, allow_overlap=allow_overlap, ratio=ratio,
         temporal_scale=temporal_scale, max_temporal_keep=max_temporal_keep, context_size=context_size,
-        official_positions=official_positions, official_truncation=official_truncation)
+        official_positions=official_positions, official_truncation=official_truncation,
+        collator_batch=collator_batch)
     masks.check_batch(config, batch)
     images = preview_images(data, samples) if data is not None else None
 

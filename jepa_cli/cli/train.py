@@ -57,6 +57,9 @@ def _pair(value: str | None, option: str):
               help="Block positions as the official code (last row/column never reached).")
 @click.option("--official-truncation", is_flag=True, default=None,
               help="Cut masks to the batch minimum as the official collator.")
+@click.option("--collator-batch", type=int, default=None,
+              help="With --official-truncation: the cut runs over groups of this many examples (the official "
+                   "per-GPU batch, 128 in in1k_vith14); default the whole batch.")
 # multi-process
 @click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
 @click.option("--num-processes", type=int, default=None, help="Number of processes (multi-process launch).")
@@ -81,7 +84,7 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     from jepa_cli.training.loop import Callbacks, train
 
     objective_keys = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "npred", "min_keep",
-                      "allow_overlap", "context_size", "official_positions", "official_truncation")
+                      "allow_overlap", "context_size", "official_positions", "official_truncation", "collator_batch")
     objective_config = {k: options.pop(k) for k in objective_keys}
     image_size = parse_hxw(options.pop("image_size"), "--image-size")
     if image_size is not None:

@@ -69,6 +69,7 @@ class MultiBlockConfig:
     context_size: int | None = None  # K; None -> derived (docs/masks.md); official collator: batch minimum
     official_positions: bool = False  # True: top/left = randint(0, H - h), exclusive (ijepa issue #60)
     official_truncation: bool = False  # True: cut to the batch-minimum count, lowest indices kept
+    collator_batch: int | None = None  # official per-GPU batch the cut runs over; None: the whole batch
 
     @property
     def frames(self) -> None:
@@ -94,6 +95,7 @@ class MultiBlock3DConfig:
     context_size: int | None = None  # K; None -> derived (docs/masks.md); official collator: batch minimum
     official_positions: bool = False  # no-op: multiblock3d.py already draws randint(0, H - h + 1)
     official_truncation: bool = False  # True: cut to the batch-minimum count per pair, lowest indices kept
+    collator_batch: int | None = None  # official per-GPU batch the cut runs over; None: the whole batch
 
     @property
     def num_patches(self) -> int:
@@ -301,8 +303,10 @@ def context_slots(config: MaskConfig, batch_size: int | None = None) -> int:
         return upper  # every context of a batch has the same length: nothing to cut
     from jepa_cli.masks.sampler import sample_many
 
-    probe_batch = batch_size if (config.official_truncation and batch_size) else DERIVE_BATCH_SIZE
-    probe = dataclasses.replace(config, context_size=upper, official_truncation=True)
+    probe_batch = DERIVE_BATCH_SIZE
+    if config.official_truncation and batch_size:  # the cut runs over one group: probe at its size
+        probe_batch = min(batch_size, config.collator_batch or batch_size)
+    probe = dataclasses.replace(config, context_size=upper, official_truncation=True, collator_batch=None)
     with jax.ensure_compile_time_eval():
         valid = sample_many(jax.random.PRNGKey(0), probe, probe_batch, DERIVE_BATCHES).context_valid
     # official cut per batch and context (pair); K must serve the largest pair
@@ -320,6 +324,9 @@ def validate(config: MaskConfig) -> MaskConfig:
     H, W = config.grid
     if H < 1 or W < 1:
         raise InputError(f"--grid: expected a positive HxW, got {H}x{W}")
+    collator_batch = getattr(config, "collator_batch", None)
+    if collator_batch is not None and not (isinstance(collator_batch, int) and collator_batch >= 1):
+        raise InputError(f"--collator-batch: expected a positive number of samples, got {collator_batch!r}")
     _check_size(config)
     if isinstance(config, MultiBlockConfig):
         _check_range("--pred-scale", config.pred_scale)
@@ -427,8 +434,9 @@ def _check_range(name: str, values: tuple[float, float], upper: float | None = 1
 
 _COMMON = ("grid", "context_size", "official_positions", "official_truncation")
 _ALLOWED = {
-    "multiblock": {"npred", "pred_scale", "aspect", "enc_scale", "min_keep", "allow_overlap"},
-    "multiblock3d": {"frames", "npred", "pred_scale", "temporal_scale", "aspect", "max_temporal_keep"},
+    "multiblock": {"npred", "pred_scale", "aspect", "enc_scale", "min_keep", "allow_overlap", "collator_batch"},
+    "multiblock3d": {"frames", "npred", "pred_scale", "temporal_scale", "aspect", "max_temporal_keep",
+                     "collator_batch"},
     "random": {"ratio"},
 }
 
@@ -437,8 +445,8 @@ def config_from_options(strategy: str, **options: Any) -> MaskConfig:
     """A validated config for `strategy` from keyword options; None values keep the defaults.
 
     Options: grid, frames (3D only), npred, pred_scale, aspect, enc_scale, min_keep, allow_overlap,
-    ratio, temporal_scale, max_temporal_keep, context_size, official_positions, official_truncation.
-    For multiblock3d, npred / pred_scale / temporal_scale / max_temporal_keep hold one entry per mask
+    ratio, temporal_scale, max_temporal_keep, context_size, official_positions, official_truncation,
+    collator_batch. For multiblock3d, npred / pred_scale / temporal_scale / max_temporal_keep hold one entry per mask
     pair (a scale entry is a number or a (low, high) pair).
     """
     if strategy not in CONFIGS:

@@ -9,25 +9,35 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jepa_cli.errors import InputError
+
 _INVALID = 2**31 - 1
 _KEY_BITS = 24
 _KEY_END = 2**_KEY_BITS  # every key is below this; invalid members sit above it
 
 
 def dense_to_index(bits: jax.Array | None, dense: jax.Array, slots: int, official_truncation: bool,
-                   cut_axes: tuple[int, ...] = (0,)) -> tuple[jax.Array, jax.Array]:
+                   group: int | None = None) -> tuple[jax.Array, jax.Array]:
     """dense bool [B, S, N] -> (index int32 [B, S, slots], valid bool [B, S, slots]).
 
     Valid slots come first, in ascending index order; padded slots hold 0.
-    - official_truncation: every set is cut to the minimum count over `cut_axes` (the official
-      collator's batch minimum), keeping the lowest indices.
+    - official_truncation: every set is cut to the minimum count over its group of `group`
+      consecutive samples (the official collator's minimum over one GPU's batch; None: over the
+      whole batch), per set index S, keeping the lowest indices. B must be a multiple of `group`.
     - otherwise, with `bits` (uint32, the shape of `dense`): a set larger than `slots` keeps a uniformly random subset of `slots`
       members (never biased to low indices); a smaller one is padded.
     - otherwise, without `bits`: the lowest `slots` members (targets, where `slots` holds every set).
     """
     if official_truncation:
         index, valid = compact(dense, slots)
-        cut = jnp.min(dense.sum(-1), axis=cut_axes, keepdims=True)
+        counts = dense.sum(-1)  # [B, S]
+        b = counts.shape[0]
+        g = b if not group or group >= b else int(group)
+        if b % g:
+            raise InputError(f"batch {b} is not a multiple of collator_batch {g} (the official per-GPU "
+                             "batch the cut runs over)")
+        per_group = counts.reshape(b // g, g, *counts.shape[1:])
+        cut = jnp.broadcast_to(jnp.min(per_group, axis=1, keepdims=True), per_group.shape).reshape(counts.shape)
         valid = valid & (jnp.arange(slots) < cut[..., None])
         return jnp.where(valid, index, 0), valid
     if bits is not None:

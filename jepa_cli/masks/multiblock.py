@@ -1,7 +1,7 @@
 """I-JEPA multi-block masks in JAX (semantics of facebookresearch/ijepa src/masks/multiblock.py).
 
-One uniform draw per batch sets a block's scale and aspect (correlated), separately for the target
-and the context block; every sample draws its own positions. Targets first; the context block is
+One uniform draw per batch (per official collator call: `collator_batch` samples) sets a block's
+scale and aspect (correlated), separately for the target and the context block; every sample draws its own positions. Targets first; the context block is
 then restricted to the complement of the targets, redrawn while it keeps <= min_keep patches, and
 after every 20 failures one more target complement is dropped from the restriction.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jepa_cli.errors import InputError
 from jepa_cli.masks.config import CONTEXT_RETRY_TIMEOUT, MaskSet, MultiBlockConfig, context_slots, target_slots
 from jepa_cli.masks.indexing import dense_to_index
 from jepa_cli.masks.rng import draw_bits, uniform
@@ -76,26 +77,40 @@ def _context(u_attempts, targets, config: MultiBlockConfig, e_size):
     return jax.lax.while_loop(lambda s: ~s[2] & (s[0] < u_attempts.shape[0]), attempt, init)[1]
 
 
+def collator_groups(config, batch_size: int) -> int:
+    """How many official collator calls a batch stands for: batch_size / collator_batch (1 without
+    collator_batch, or when it is not smaller than the batch). InputError when it does not divide."""
+    g = config.collator_batch
+    if not g or g >= batch_size:
+        return 1
+    if batch_size % g:
+        raise InputError(f"batch {batch_size} is not a multiple of collator_batch {g} (the official per-GPU "
+                         "batch that draws block sizes and cuts)")
+    return batch_size // g
+
+
 def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int) -> MaskSet:
-    """Random numbers are drawn in bulk (a few call sites): fast to compile and to run."""
+    """Random numbers are drawn in bulk (a few call sites): fast to compile and to run. Block sizes
+    are drawn once per collator call (per batch, or per `collator_batch` samples)."""
     grid, npred = config.grid, config.npred
     attempts = CONTEXT_RETRY_TIMEOUT * npred + 1
     n = grid[0] * grid[1]
-    bits = draw_bits(key, size=(2,), pos=(batch_size, npred, 2), ctx=(batch_size, attempts, 2),
-                     select=(batch_size, 1, n))
-    u_pred, u_enc = uniform(bits["size"])
-    p_size = block_size(u_pred, grid, config.pred_scale, config.aspect)
-    e_size = block_size(u_enc, grid, config.enc_scale, config.enc_aspect)
+    groups = collator_groups(config, batch_size)
+    bits = draw_bits(key, size=(2,) if groups == 1 else (groups, 2), pos=(batch_size, npred, 2),
+                     ctx=(batch_size, attempts, 2), select=(batch_size, 1, n))
+    u_size = jnp.repeat(uniform(bits["size"]).reshape(groups, 2), batch_size // groups, axis=0)  # [B, 2]
+    p_size = block_size(u_size[:, 0], grid, config.pred_scale, config.aspect)  # ([B], [B])
+    e_size = block_size(u_size[:, 1], grid, config.enc_scale, config.enc_aspect)
     u_pos = uniform(bits["pos"])
-    tops = corner(u_pos[..., 0], grid[0], p_size[0], config.official_positions)
-    lefts = corner(u_pos[..., 1], grid[1], p_size[1], config.official_positions)
-    rect = lambda t, l: rectangle(grid, t, l, *p_size)  # noqa: E731
-    targets = jax.vmap(jax.vmap(rect))(tops, lefts)  # [B, M, N]
+    tops = corner(u_pos[..., 0], grid[0], p_size[0][:, None], config.official_positions)  # [B, M]
+    lefts = corner(u_pos[..., 1], grid[1], p_size[1][:, None], config.official_positions)
+    per_block = lambda f: jax.vmap(jax.vmap(f, in_axes=(0, 0, None, None)))  # noqa: E731 - over B, then M
+    targets = per_block(lambda t, l, h, w: rectangle(grid, t, l, h, w))(tops, lefts, *p_size)  # [B, M, N]
     u_ctx = uniform(bits["ctx"])
-    context = jax.vmap(lambda u, t: _context(u, t, config, e_size))(u_ctx, targets)
+    context = jax.vmap(lambda u, t, h, w: _context(u, t, config, (h, w)))(u_ctx, targets, *e_size)
     slots_t = target_slots(config)
-    t_index, t_valid = jax.vmap(jax.vmap(lambda t, l: rectangle_index(grid, t, l, *p_size, slots_t)))(tops, lefts)
-    # every target block of a batch has the same size h*w, so the official cut leaves targets whole
+    t_index, t_valid = per_block(lambda t, l, h, w: rectangle_index(grid, t, l, h, w, slots_t))(tops, lefts, *p_size)
+    # every target block of a collator call has the same size h*w, so the official cut leaves targets whole
     c_index, c_valid = dense_to_index(bits["select"], context[:, None, :], context_slots(config, batch_size),
-                                      config.official_truncation)
+                                      config.official_truncation, config.collator_batch)
     return MaskSet(c_index, c_valid, t_index, t_valid)

@@ -82,6 +82,8 @@ def sample_multiblock3d(key: jax.Array, config: MultiBlock3DConfig, batch_size: 
         targets.append(jax.vmap(lambda ua: _one_pair(ua, config, p, size))(u))
     targets = jnp.stack(targets, axis=1)  # [B, P, N]
     contexts = ~targets
-    c_index, c_valid = dense_to_index(bits["select"], contexts, context_slots(config, batch_size), config.official_truncation)
-    t_index, t_valid = dense_to_index(None, targets, target_slots(config), config.official_truncation)
+    c_index, c_valid = dense_to_index(bits["select"], contexts, context_slots(config, batch_size),
+                                      config.official_truncation, config.collator_batch)
+    t_index, t_valid = dense_to_index(None, targets, target_slots(config), config.official_truncation,
+                                      config.collator_batch)
     return MaskSet(c_index, c_valid, t_index, t_valid)

@@ -4,7 +4,9 @@ Follows the official I-JEPA src/models/vision_transformer.py: convolutional patc
 sin-cos position embedding added before masking, no CLS token, pre-norm blocks (LayerNorm eps 1e-6,
 qkv bias, GELU MLP), final LayerNorm. Every Linear / Conv weight is trunc-normal(0.02) (PyTorch's
 ``trunc_normal_``: a normal of std 0.02 cut at +-2, i.e. effectively untruncated), biases 0,
-LayerNorm (1, 0). Parameters are float32; ``dtype`` is the compute dtype.
+LayerNorm (1, 0). Parameters are float32; ``dtype`` is the compute dtype of matmuls and attention.
+With bfloat16 the rest is float32 as under the official code's torch.cuda.amp.autocast: the residual
+stream, LayerNorm, the softmax (its logits are cast up), so only Linear/Conv outputs are bf16.
 
 Token selection uses index form: ``index`` int [B, K] (or [B, C, K]) picks patches (raster order)
 after the position embedding is added, ``valid`` bool of the same shape marks real slots; invalid
@@ -244,7 +246,9 @@ def _linear(din, dout, dtype, rngs):
 
 
 def _layer_norm(dim, dtype, rngs):
-    return nnx.LayerNorm(dim, epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    """LayerNorm in float32 whatever the compute dtype: torch autocast runs layer_norm in float32."""
+    del dtype
+    return nnx.LayerNorm(dim, epsilon=1e-6, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
 
 
 class Attention(nnx.Module):
@@ -381,7 +385,9 @@ class VisionTransformer(nnx.Module):
     def __call__(self, images, index=None, valid=None, last_layers: int = 1):
         x = self.patchify(images)
         pos = pos_embed(self.width, self.grid)
-        x = x + jnp.asarray(pos, self.dtype)[None]
+        # the residual stream is float32 (the float32 position table promotes the bf16 patch
+        # embedding, as under torch autocast); blocks add their bf16 branches to it
+        x = x.astype(jnp.float32) + jnp.asarray(pos, jnp.float32)[None]
         lead = None
         if index is not None:
             x = gather_tokens(x, index)  # [B, K, D] or [B, C, K, D]
@@ -428,7 +434,8 @@ class VisionTransformerPredictor(nnx.Module):
     def __call__(self, context, context_index, context_valid, target_index, target_valid):
         """context [B, C, K, D] (or [B, K, D]), context_index/valid [B, C, K] (or [B, K]),
         target_index/valid [B, M, T]. C == 1: the context predicts every target set; C == M:
-        context c predicts target set c. Returns [B, M, T, D] in the compute dtype."""
+        context c predicts target set c. Returns [B, M, T, D] in the compute dtype (the output
+        projection's); the residual stream and LayerNorms run in float32."""
         if context.ndim == 3:
             context, context_index = context[:, None], context_index[:, None]
             context_valid = None if context_valid is None else context_valid[:, None]
@@ -440,16 +447,16 @@ class VisionTransformerPredictor(nnx.Module):
             context_valid = jnp.ones(context_index.shape, bool)
         if target_valid is None:
             target_valid = jnp.ones(target_index.shape, bool)
-        pos = jnp.asarray(pos_embed(self.width, self.grid), self.dtype)
+        pos = jnp.asarray(pos_embed(self.width, self.grid), jnp.float32)  # float32 residual stream
         x = self.predictor_embed(context) + pos[context_index]  # [B, C, K, W]
         x = jnp.broadcast_to(x, (b, m, k, self.width))
         cvalid = jnp.broadcast_to(context_valid, (b, m, k))
         if hasattr(self, "mask_tokens"):  # target set m gets mask token m (V-JEPA's mask_index)
             if self.mask_tokens.shape[0] != m:
                 raise InputError(f"{m} target sets but {self.mask_tokens.shape[0]} mask tokens")
-            mask = self.mask_tokens[...].astype(self.dtype)[None]  # [1, M, 1, W]
+            mask = self.mask_tokens[...][None]  # [1, M, 1, W]
         else:
-            mask = self.mask_token[...].astype(self.dtype)
+            mask = self.mask_token[...]
         tokens = mask + pos[target_index]  # [B, M, T, W]
         x = jnp.concatenate([x, tokens], axis=2).reshape(b * m, k + t, self.width)
         valid = jnp.concatenate([cvalid, target_valid], axis=2).reshape(b * m, k + t)

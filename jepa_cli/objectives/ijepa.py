@@ -42,7 +42,7 @@ class IJEPAConfig(ModelConfig):
     # objective
     loss: str = "smooth_l1"
     ema: tuple[float, float] = (0.996, 1.0)
-    total_updates: int | None = None  # EMA ramp length T_max = steps x ipe_scale (the trainer)
+    total_updates: float | None = None  # EMA ramp length steps x ipe_scale, unrounded (src/train.py)
     mean: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
     std: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
     crop_scale: tuple[float, float] = (0.3, 1.0)
@@ -133,7 +133,7 @@ def _listify(v):
     return v
 
 
-def _layer_norm_no_affine(x, eps: float = 1e-5):
+def layer_norm_no_affine(x, eps: float = 1e-5):
     """torch.nn.functional.layer_norm(x, (D,)) as in the official train.py (eps 1e-5)."""
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
@@ -160,7 +160,7 @@ def masked_token_loss(pred, target, valid, kind: str = "smooth_l1"):
     return jnp.sum(per_token * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def ema_momentum(step, ema0: float, ema1: float, total: int | None):
+def ema_momentum(step, ema0: float, ema1: float, total: float | None):
     """m = ema0 + step * (ema1 - ema0) / total, clipped at ema1 (constant ema0 if total is 0)."""
     step = jnp.asarray(step, jnp.float32)
     if not total:
@@ -186,8 +186,8 @@ class IJEPAObjective:
     def to_config(self) -> dict:
         return self.config.to_dict()
 
-    def with_total_updates(self, total_updates: int) -> "IJEPAObjective":
-        return IJEPAObjective(dataclasses.replace(self.config, total_updates=int(total_updates)))
+    def with_total_updates(self, total_updates: float) -> "IJEPAObjective":
+        return IJEPAObjective(dataclasses.replace(self.config, total_updates=total_updates))
 
     # -- parameters ------------------------------------------------------------------------
     def init(self, key) -> dict:
@@ -232,7 +232,7 @@ class IJEPAObjective:
         # target: EMA encoder on the full image, layer-normalised, gathered at the targets
         target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
         h = target_encoder(images).astype(jnp.float32)
-        h = jax.lax.stop_gradient(_layer_norm_no_affine(h))
+        h = jax.lax.stop_gradient(layer_norm_no_affine(h))
         h = gather_tokens(h, m.target_index)  # [B, M, T, D]
         # context encoder on the context tokens, predictor at the targets
         encoder = self._encoder.merge(params["encoder"])

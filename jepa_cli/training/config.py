@@ -197,8 +197,9 @@ def check_value(key: str, value: Any, name: str) -> None:
         raise InputError(f"{name} must be {rule.describe()}, got {value!r}")
 
 
-def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, int]:
-    """steps, iterations per epoch, T_max and warmup in optimizer updates."""
+def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
+    """steps, iterations per epoch, T_max and warmup in optimizer updates (ints), and the EMA ramp's
+    length ema_t_max = ipe_scale x steps (a float, as the official momentum generator)."""
     ipe = num_samples // cfg.batch_size
     if ipe == 0:
         raise InputError(f"--batch-size {cfg.batch_size} is larger than the dataset ({num_samples} examples)")
@@ -215,7 +216,10 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, int]:
         warmup = int(cfg.warmup_epochs * ipe)
     else:
         warmup = int(steps * 40 / 300)
-    return {"steps": steps, "ipe": ipe, "t_max": t_max, "warmup_steps": warmup}
+    from jepa_cli.training.schedules import ema_ramp_length
+
+    return {"steps": steps, "ipe": ipe, "t_max": t_max, "warmup_steps": warmup,
+            "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale)}
 
 
 def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = None, resume: bool = False) -> TrainConfig:

@@ -247,9 +247,9 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     lengths = resolve_lengths(config, ds["num_samples"])
     if objective is None:
         config.objective_config = _fill_from_dataset(config.objective, config.objective_config, ds)
-        objective = make_objective(config.objective, config.objective_config, lengths["t_max"])
+        objective = make_objective(config.objective, config.objective_config, lengths["ema_t_max"])
     elif hasattr(objective, "with_total_updates"):
-        objective = objective.with_total_updates(lengths["t_max"])
+        objective = objective.with_total_updates(lengths["ema_t_max"])
     config.objective_config = objective_config_of(objective, config.objective_config)
     check_modality(config.data, ds, objective, config.objective)
     ds_channels = config.objective_config.get("channels")

@@ -78,7 +78,7 @@ def checkpoint_steps(run_dir: str | Path) -> list[int]:
     return sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir())
 
 
-def make_objective(name: str, objective_config: dict[str, Any], total_updates: int | None = None):
+def make_objective(name: str, objective_config: dict[str, Any], total_updates: float | None = None):
     """An objective by registry name, or 'module:factory' (factory(config) -> Objective) for
     objectives that live outside the package; then told the run length if it wants it."""
     if ":" in name:
@@ -93,7 +93,7 @@ def make_objective(name: str, objective_config: dict[str, Any], total_updates: i
 
         objective = registry_make(name, dict(objective_config))
     if total_updates is not None and hasattr(objective, "with_total_updates"):
-        objective = objective.with_total_updates(int(total_updates))
+        objective = objective.with_total_updates(total_updates)
     return objective
 
 

@@ -21,6 +21,12 @@ def total_steps(steps: int, ipe_scale: float = 1.0) -> int:
     return max(1, int(ipe_scale * steps))
 
 
+def ema_ramp_length(steps: int, ipe_scale: float = 1.0) -> float:
+    """The EMA momentum ramp's length ipe_scale * steps, unrounded: the official generator divides
+    by the float ipe * num_epochs * ipe_scale (src/train.py), where T_max for the LR is an int."""
+    return max(1.0, float(ipe_scale) * int(steps))
+
+
 def warmup_cosine(start_lr: float, ref_lr: float, final_lr: float, warmup_steps: int, t_max: int) -> Schedule:
     """Linear start_lr -> ref_lr over `warmup_steps`, then cosine to final_lr over t_max - warmup."""
     cosine_len = float(max(1, t_max - warmup_steps))
