@@ -26,7 +26,7 @@ from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.vit import VideoModelConfig, gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec
-from jepa_cli.objectives.ijepa import _layer_norm_no_affine, _listify, _tuplify, ema_momentum
+from jepa_cli.objectives.ijepa import layer_norm_no_affine, _listify, _tuplify, ema_momentum
 
 # multiblock3d options the objective sets itself from the model (the token grid)
 _FROM_MODEL = {"grid", "frames"}
@@ -43,7 +43,7 @@ class VJEPAConfig(VideoModelConfig):
     # objective
     loss_exp: float = 1.0  # vitl16.yaml loss.loss_exp: L1
     ema: tuple[float, float] = (0.998, 1.0)  # vitl16.yaml optimization.ema
-    total_updates: int | None = None  # EMA ramp length T_max = steps x ipe_scale (the trainer)
+    total_updates: float | None = None  # EMA ramp length steps x ipe_scale, unrounded (the trainer)
     mean: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
     std: tuple[float, ...] | None = None
     crop_scale: tuple[float, float] = (0.3, 1.0)  # vitl16.yaml data_aug.random_resize_scale
@@ -173,8 +173,8 @@ class VJEPAObjective:
     def to_config(self) -> dict:
         return self.config.to_dict()
 
-    def with_total_updates(self, total_updates: int) -> "VJEPAObjective":
-        return VJEPAObjective(dataclasses.replace(self.config, total_updates=int(total_updates)))
+    def with_total_updates(self, total_updates: float) -> "VJEPAObjective":
+        return VJEPAObjective(dataclasses.replace(self.config, total_updates=total_updates))
 
     # -- parameters ------------------------------------------------------------------------
     def init(self, key) -> dict:
@@ -215,7 +215,7 @@ class VJEPAObjective:
         m = self.sample_masks(key, clips.shape[0])  # C == M: context c predicts target set c
         target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
         h = target_encoder(clips).astype(jnp.float32)
-        h = jax.lax.stop_gradient(_layer_norm_no_affine(h))
+        h = jax.lax.stop_gradient(layer_norm_no_affine(h))
         h = gather_tokens(h, m.target_index)  # [B, M, T, D]
         encoder = self._encoder.merge(params["encoder"])
         predictor = self._predictor.merge(params["predictor"])
