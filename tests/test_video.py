@@ -275,3 +275,12 @@ def test_info_png_draws_one_row_of_frames_per_clip(run_cli, tmp_path):
         first = np.asarray(picture.convert("L"))[:64, :64]
     np.testing.assert_array_equal(first[::2, ::2], read(data / "inputs")[0, 0, :, :, 0])
     assert_user_error(run_cli("info", data, "--png", png), "already exists")
+
+
+def test_an_empty_clip_folder_is_one_line_naming_it(run_cli, tmp_path):
+    root = tmp_path / "clips"
+    write_frames(root / "c" / "good", range(4))
+    (root / "c" / "empty").mkdir()
+    result = run_cli("ingest", root, tmp_path / "f.zarr", "--frames", "4", "--frame-stride", "1")
+    assert_user_error(result, str(root / "c" / "empty"), "has no frames")
+    assert nothing_written(tmp_path, "f.zarr")

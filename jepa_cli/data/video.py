@@ -58,19 +58,21 @@ def clip_indices(length: int, options: ClipOptions) -> list[np.ndarray]:
     """Frame indices of each clip of a video of `length` frames (K evenly spaced starts; indices past
     the end repeat the last frame)."""
     frames = options.frames or length
-    span = (frames - 1) * options.frame_stride + 1
-    last_start = max(length - span, 0)
+    last_start = max(length - span(options, length), 0)
     starts = np.round(np.linspace(0, last_start, options.clips_per_video)).astype(int)
     return [np.minimum(s + np.arange(frames) * options.frame_stride, length - 1) for s in starts]
 
 
 def span(options: ClipOptions, length: int) -> int:
+    """Frames one clip covers: (frames - 1) x stride + 1."""
     frames = options.frames or length
     return (frames - 1) * options.frame_stride + 1
 
 
 # -- how ingest converts and resizes clips (data/ingest.py dispatches on Source.codec) -------------
 class ClipCodec:
+    """How ingest converts a video source's samples: clips uint8 [T, H, W, C], every frame resized."""
+
     modality = "video"
     layout = "NTHWC"
 
