@@ -11,17 +11,33 @@ from jepa_cli.cli.common import emit, output_options, print_mapping
 
 @click.command("info")
 @click.argument("path", type=click.Path())
+@click.option("--png", "png_path", type=click.Path(dir_okay=False),
+              help="Dataset: write a picture of the first samples (video: one row of frames per clip).")
+@click.option("--samples", type=click.IntRange(min=1, max=64), default=4, show_default=True,
+              help="How many samples --png draws.")
+@click.option("--force", is_flag=True, help="Replace an existing PNG (nothing else).")
 @output_options
-def command(path: str, as_json: bool, verbose: int, quiet: bool) -> None:
+def command(path: str, png_path: str | None, samples: int, force: bool, as_json: bool, verbose: int,
+            quiet: bool) -> None:
     """Describe a dataset, mask file, embedding set or run.
 
     \b
     Example:
       jepa info digits-train.zarr --json | python -m json.tool
+      jepa info clips.zarr --png clips.png --samples 8
     """
     from jepa_cli.data.describe import describe
 
-    emit(describe(path), as_json, _human)
+    description = describe(path)
+    if png_path is not None:
+        from jepa_cli.data.video import write_strip_png
+
+        if description["kind"] != "dataset":
+            from jepa_cli.errors import InputError
+
+            raise InputError(f"{path}: --png draws a dataset's samples, not a {description['kind']}")
+        description["png"] = write_strip_png(path, png_path, samples, force)
+    emit(description, as_json, _human)
 
 
 def _human(description: dict[str, Any]) -> None:

@@ -29,25 +29,32 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--limit", type=int, help="Keep at most N samples (after the split).")
 @click.option("--skip-bad", is_flag=True, help="Skip files that cannot be decoded or converted, and report how many.")
 @click.option("--force", is_flag=True, help="Replace OUT if it is a dataset (anything else is refused).")
+@click.option("--frames", type=click.IntRange(min=1), help="Video: frames per clip (16 for files and frame folders).")
+@click.option("--frame-stride", type=click.IntRange(min=1), help="Video: take every Nth frame (4 for files and frame folders).")
+@click.option("--clips-per-video", type=click.IntRange(min=1), help="Video: clips per video, evenly spaced (1).")
 @click.option("--list-builtins", is_flag=True, expose_value=False, is_eager=True, callback=_list_builtins,
               help="List the built-in sources and exit.")
 @output_options
 def command(source, out, labels_path, size, channels, split, test_fraction, seed, limit, skip_bad, force,
-            as_json, verbose, quiet):
-    """Put images or arrays into a dataset directory (zarr v3).
+            frames, frame_stride, clips_per_video, as_json, verbose, quiet):
+    """Put images, video clips or arrays into a dataset directory (zarr v3).
 
     SOURCE is a folder of images (ROOT/<class>/* gives labels), a .npy/.npz file, an IDX file
-    (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins).
+    (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins). Video: a video file, a
+    folder of them or of frame folders (ROOT/<class>/<clip>/*.png), a [N, T, H, W, C] array; a
+    video shorter than one clip is padded with its last frame (skipped with --skip-bad).
 
     \b
     Example:
       jepa ingest builtin:digits digits-train.zarr --size 16x16 --split train --seed 0
       jepa ingest t10k-images-idx3-ubyte.gz mnist-test.zarr --labels t10k-labels-idx1-ubyte.gz
+      jepa ingest videos/ clips.zarr --frames 16 --frame-stride 4 --size 64x64
     """
     from jepa_cli.data.ingest import ingest
     from jepa_cli.data.sources import open_source
+    from jepa_cli.data.video import ClipOptions
 
-    opened = open_source(source, labels_path)
+    opened = open_source(source, labels_path, ClipOptions(frames, frame_stride, clips_per_video, skip_bad))
     with progress_bar(f"ingest {source}", None, "files", quiet=quiet or as_json) as advance:
         summary = ingest(opened, out, size=parse_hxw(size, "--size"), channels=int(channels) if channels else None,
                          split=split, test_fraction=test_fraction, seed=seed, limit=limit, skip_bad=skip_bad,
@@ -56,4 +63,5 @@ def command(source, out, labels_path, size, channels, split, test_fraction, seed
         stderr_console(quiet).print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} uint8"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
-         + (f", skipped {summary['skipped']}" if summary["skipped"] else ""))
+         + (f", skipped {summary['skipped']}" if summary["skipped"] else "")
+         + (f", padded {summary['padded']} short clip(s)" if summary.get("padded") else ""))

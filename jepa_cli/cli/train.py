@@ -23,7 +23,7 @@ def _pair(value: str | None, option: str):
 
 
 @click.command("train")
-@click.option("--objective", default=None, help="What is learned: ijepa (default).")
+@click.option("--objective", default=None, help="What is learned: ijepa (default) or vjepa (video).")
 @click.option("--data", type=click.Path(), default=None, help="Dataset directory (zarr v3, from jepa ingest).")
 @click.option("--out", type=click.Path(), default=None, help="Run directory (checkpoints, metrics.jsonl, run.json).")
 @click.option("--config", "config_path", type=click.Path(), default=None, help="TOML recipe; the command line wins.")

@@ -105,6 +105,19 @@ def fit(image: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
     return array[..., None] if array.ndim == 2 else array
 
 
+class ImageCodec:
+    """How ingest converts an image source's samples (a video source brings video.ClipCodec)."""
+
+    modality = "image"
+    layout = "NHWC"
+    pixels = staticmethod(lambda sample, channels, name: to_pixels(sample, channels, name))
+    fit = staticmethod(lambda image, size: fit(image, size))
+
+    @staticmethod
+    def shape(first: np.ndarray, size: tuple[int, int] | None) -> tuple[int, ...]:
+        return (*(size or first.shape[:2]), first.shape[2])
+
+
 def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = None, channels: int | None = None,
            split: str | None = None, test_fraction: float = 0.2, seed: int = 0, limit: int | None = None,
            skip_bad: bool = False, force: bool = False,
@@ -123,7 +136,10 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}")
     store.check_output(out, force, "dataset", source.paths)  # before decoding anything
-    indices = split_indices(source.labels, source.count, split, test_fraction, seed)
+    k = int(source.attributes.get("clips_per_video") or 1)  # video: a split keeps a video's clips together
+    indices = split_indices(None if source.labels is None else source.labels[::k], source.count // k, split,
+                            test_fraction, seed)
+    indices = (indices[:, None] * k + np.arange(k)).reshape(-1)
     if limit is not None:
         indices = indices[:limit]
     if len(indices) == 0:
@@ -132,8 +148,9 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
         on_total(len(indices))
     start = time.perf_counter()
     skipped: list[str] = []
+    codec = source.codec or ImageCodec
     first, first_pos = _first_good(source, indices, channels, skip_bad, skipped)
-    sample_shape = (*(size or first.shape[:2]), first.shape[2])
+    sample_shape = codec.shape(first, size)
     chunk_n = min(store.chunk_rows(sample_shape, 1), len(indices))
     _check_room(out, len(indices), sample_shape, chunk_n, size)
     with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
@@ -145,7 +162,8 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
             index = int(indices[position])
             name = source.item_name(index)
             try:
-                image = fit(first, size) if position == first_pos else to_image(source.read(index), size, channels, name)
+                image = (codec.fit(first, size) if position == first_pos
+                         else codec.fit(codec.pixels(source.read(index), channels, name), size))
             except BadSample as exc:
                 if not skip_bad:
                     raise InputError(str(exc)) from None
@@ -174,13 +192,14 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
             store.write_array(tmp / "labels", np.asarray(kept_labels, np.int32))
         attributes = store.base_attributes(
             "dataset",
-            modality="image",
-            layout="NHWC",
+            modality=codec.modality,
+            layout=codec.layout,
             class_names=list(source.class_names),
             source=source.description,
             split=None if split is None else {"name": split, "test_fraction": test_fraction, "seed": seed},
             num_samples=written,
             skipped=skipped,
+            **source.attributes,
         )
         store.write_group(tmp, attributes)
     summary: dict[str, Any] = {
@@ -192,6 +211,8 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
         "skipped": len(skipped),
         "seconds": round(time.perf_counter() - start, 3),
     }
+    if "padded" in source.attributes:
+        summary["padded"] = len(source.attributes["padded"])
     if source.labels is not None:
         summary["label_histogram"] = np.bincount(kept_labels, minlength=len(source.class_names)).tolist()
     return summary
@@ -223,10 +244,11 @@ def _mismatch(name: str, shape: tuple[int, ...], expected: tuple[int, ...]) -> s
 def _first_good(source: Source, indices: np.ndarray, channels: int | None, skip_bad: bool,
                 skipped: list[str]) -> tuple[np.ndarray, int]:
     """The first decodable sample at its own size (`to_pixels`) and its position in `indices`."""
+    codec = source.codec or ImageCodec
     for position, index in enumerate(indices):
         name = source.item_name(int(index))
         try:
-            return to_pixels(source.read(int(index)), channels, name), position
+            return codec.pixels(source.read(int(index)), channels, name), position
         except BadSample as exc:
             if not skip_bad:
                 raise InputError(str(exc)) from None

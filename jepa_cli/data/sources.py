@@ -21,6 +21,8 @@ from jepa_cli.errors import InputError
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 BUILTINS = {
     "digits": "1,797 real 8x8 grayscale handwritten digits, 10 classes (ships with scikit-learn, no download)",
+    "moving-digits": "video: 1,797 clips of a built-in digit bouncing in 32x32 over 16 frames, labels = digit "
+                     "(?label=direction: 4 motion directions; ?digits=2: a second digit; ?size=64)",
 }
 IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
@@ -41,34 +43,56 @@ class Source:
     labels: np.ndarray | None = None  # int32 [count]
     class_names: list[str] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)  # the files and folders it reads (an output must avoid them)
+    codec: Any = None  # how ingest converts samples: None for images; video.ClipCodec for clips
+    attributes: dict[str, Any] = field(default_factory=dict)  # extra dataset attributes (video: frames, fps, ...)
 
 
-def open_source(spec: str, labels_path: str | None = None) -> Source:
-    """Opens `spec`: `builtin:NAME`, a folder of images, a .npy/.npz file or an IDX file (maybe .gz)."""
+def open_source(spec: str, labels_path: str | None = None, clip: Any = None) -> Source:
+    """Opens `spec`: `builtin:NAME`, a folder of images, a .npy/.npz file or an IDX file (maybe .gz),
+    or video (data/video.py): a video file, a folder of videos or frame folders, a [N, T, H, W, C]
+    array. `clip` (video.ClipOptions) says how clips are cut; set options are refused for images."""
+    source = _open_source(spec, labels_path, clip)
+    if source.codec is None and clip is not None and clip.explicit:
+        raise InputError(f"{spec}: --frames, --frame-stride and --clips-per-video apply to video sources only")
+    return source
+
+
+def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
+    from jepa_cli.data import video
+
     if spec.startswith("builtin:"):
         if labels_path:
             raise InputError("--labels does not apply to a builtin: source")
+        name, _, query = spec.removeprefix("builtin:").partition("?")
+        if name == "moving-digits":
+            return video.moving_digits(query)
         return _builtin(spec.removeprefix("builtin:"))
     path = Path(spec)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if path.is_dir():
         if labels_path:
-            raise InputError("--labels does not apply to an image folder (labels come from its subfolders)")
+            raise InputError("--labels does not apply to a folder (labels come from its subfolders)")
+        if video.is_video_folder(path, clip is not None and clip.explicit):
+            return video.folder_source(path, clip)
         source = _image_folder(path)
         source.paths = [path]
         return source
     name = path.name.lower()
-    if name.endswith(".npz"):
-        source = _npz(path)
+    if video.is_video_file(path):
+        source = video.file_source(path, clip)
+    elif name.endswith(".npz"):
+        source = _npz(path, clip)
     elif name.endswith(".npy"):
-        source = _array_source(path, load_npy(path), str(path))
+        source = _array_source(path, load_npy(path), str(path), clip)
     else:
         source = _array_source(path, read_idx(path), str(path))
     source.paths = [path]
     if labels_path is not None:
         source.labels, source.class_names = _labels_with_names(load_labels(labels_path), labels_path)
         source.paths.append(Path(labels_path))
+    if source.labels is not None and source.codec is not None:
+        source.labels = video.per_clip(source.labels, source)
     if source.labels is not None and len(source.labels) != source.count:
         where = labels_path or str(path)
         raise InputError(f"{where}: {len(source.labels)} labels for {source.count} samples")
@@ -136,7 +160,7 @@ def load_npy(path: Path) -> np.ndarray:
     return array
 
 
-def _npz(path: Path) -> Source:
+def _npz(path: Path, clip: Any = None) -> Source:
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001
@@ -148,7 +172,7 @@ def _npz(path: Path) -> Source:
                      next((k for k in keys if k not in ("labels", "y", "targets")), None))
     if image_key is None:
         raise InputError(f"{path}: no image array in the .npz (keys: {', '.join(keys)})")
-    source = _array_source(path, _npz_member(archive, path, image_key), f"{path}[{image_key}]")
+    source = _array_source(path, _npz_member(archive, path, image_key), f"{path}[{image_key}]", clip)
     label_key = next((k for k in ("labels", "y", "targets", "y_train") if k in keys), None)
     if label_key is not None:
         source.labels, source.class_names = _labels_with_names(_npz_member(archive, path, label_key),
@@ -169,7 +193,11 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
 
 
-def _array_source(path: Path, array: np.ndarray, description: str) -> Source:
+def _array_source(path: Path, array: np.ndarray, description: str, clip: Any = None) -> Source:
+    if array.ndim == 5:  # [N, T, H, W, C] clips
+        from jepa_cli.data.video import array_source
+
+        return array_source(path, array, description, clip)
     if array.ndim not in (3, 4) or (array.ndim == 4 and array.shape[-1] not in (1, 3, 4)):
         raise InputError(f"{path}: expected images [N, H, W] or [N, H, W, C] with C in 1, 3, 4; got shape {list(array.shape)}")
     if not (array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):

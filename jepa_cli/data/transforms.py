@@ -118,3 +118,36 @@ def resize_center_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize_
         return {**example, "image": _normalise(x, mean, std)}
 
     return transform
+
+
+def clip_random_resized_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.3, 1.0),
+                             ratio=(0.75, 1.35), hflip: bool = True):
+    """Video training transform (V-JEPA app/vjepa/transforms.py): one RandomResizedCrop box and one
+    horizontal flip (probability 0.5) drawn per clip and applied to every frame of
+    ``example["video"]`` (uint8 [T, H, W, C]) -> float32 [T, S, S, C], mean/std normalised."""
+    size = _size(image_size)
+
+    def transform(example: dict, rng: np.random.Generator) -> dict:
+        clip = np.asarray(example["video"])
+        top, left, h, w = random_resized_crop_box(clip.shape[1], clip.shape[2], rng, scale, ratio)
+        flip = hflip and rng.random() < 0.5
+        frames = [_resize(_as_hwc(f), (left, top, left + w, top + h), size) for f in clip]
+        x = np.stack(frames)
+        if flip:
+            x = x[:, :, ::-1]
+        return {**example, "video": _normalise(np.ascontiguousarray(x), mean, std)}
+
+    return transform
+
+
+def clip_resize_center_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize_ratio=256 / 224):
+    """Video evaluation transform: every frame as `resize_center_crop` (shorter side to
+    size x 256/224, centre crop): uint8 [T, H, W, C] -> float32 [T, S, S, C]."""
+    frame = resize_center_crop(image_size, mean, std, resize_ratio)
+
+    def transform(example: dict, rng: np.random.Generator | None = None) -> dict:
+        clip = np.asarray(example["video"])
+        x = np.stack([frame({"image": f})["image"] for f in clip])
+        return {**example, "video": x}
+
+    return transform

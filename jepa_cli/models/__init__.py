@@ -20,6 +20,7 @@ from jepa_cli.models.vit import (
     ModelConfig,
     ModelSize,
     VisionTransformer,
+    VideoModelConfig,
     VisionTransformerPredictor,
     param_count,
     trunc_normal,
@@ -27,7 +28,7 @@ from jepa_cli.models.vit import (
 
 __all__ = [
     "MODEL_SIZES", "ModelConfig", "ModelSize", "ModuleTemplate", "VisionTransformer",
-    "VisionTransformerPredictor", "param_count", "sincos_1d_from_grid", "sincos_2d",
+    "VideoModelConfig", "VisionTransformerPredictor", "param_count", "sincos_1d_from_grid", "sincos_2d",
     "sincos_3d", "to_pure", "trunc_normal",
 ]
 
@@ -45,7 +46,8 @@ def to_pure(module: nnx.Module) -> dict:
 
 # How ModuleTemplate.init fills a leaf, by its name: the official I-JEPA initialisation
 # (trunc-normal(0.02) weights and mask token, zero biases, LayerNorm scale 1).
-INIT_RULES: dict[str, str] = {"kernel": "normal", "mask_token": "normal", "bias": "zeros", "scale": "ones"}
+INIT_RULES: dict[str, str] = {"kernel": "normal", "mask_token": "normal", "bias": "zeros", "scale": "ones",
+                              "mask_tokens": "zeros"}  # V-JEPA: zero-initialised mask tokens (vitl16.yaml)
 
 
 FLAT_INIT_LIMIT = 1 << 24  # parameters drawn in one flat vector below this size

@@ -25,7 +25,7 @@ from flax import nnx
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models.pos_embed import sincos_2d
+from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
 
 
 class ModelSize(NamedTuple):
@@ -167,6 +167,51 @@ class ModelConfig:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class VideoModelConfig(ModelConfig):
+    """A video ViT (V-JEPA): clips of ``num_frames`` frames cut into tubelets of ``tubelet_size``
+    frames x patch x patch; a (frames / tubelet, H / patch, W / patch) token grid, frame-major."""
+
+    num_frames: int = 16  # V-JEPA configs/pretrain/vitl16.yaml: data.num_frames
+    tubelet_size: int = 2  # vitl16.yaml: data.tubelet_size
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_frames < 1 or self.tubelet_size < 1 or self.num_frames % self.tubelet_size:
+            raise InputError(f"the tubelet depth {self.tubelet_size} does not divide {self.num_frames} frames "
+                             "(num_frames must be a multiple of tubelet_size)")
+
+    @property
+    def grid3d(self) -> tuple[int, int, int]:
+        return (self.num_frames // self.tubelet_size, *self.grid)
+
+    @property
+    def num_patches(self) -> int:
+        d, h, w = self.grid3d
+        return d * h * w
+
+    def encoder(self, rngs: nnx.Rngs) -> "VisionTransformer":
+        return VisionTransformer(
+            image_size=_pair(self.image_size), patch_size=self.patch_size, channels=self.channels,
+            width=self.embed_dim, depth=self.encoder_depth, heads=self.num_heads,
+            mlp_ratio=self.encoder_mlp_ratio, dtype=self.compute_dtype, rngs=rngs,
+            num_frames=self.num_frames, tubelet_size=self.tubelet_size,
+        )
+
+    def predictor(self, rngs: nnx.Rngs, num_mask_tokens: int = 2) -> "VisionTransformerPredictor":
+        return VisionTransformerPredictor(
+            grid=self.grid3d, embed_dim=self.embed_dim, width=self.pred_width, depth=self.pred_depth,
+            heads=self.predictor_heads, mlp_ratio=4.0, dtype=self.compute_dtype, rngs=rngs,
+            num_mask_tokens=num_mask_tokens,
+        )
+
+
+def pos_embed(dim: int, grid: tuple[int, ...]):
+    """Fixed sin-cos position embedding of a 2D (rows, columns) or 3D (frames, rows, columns) grid;
+    3D splits the features equally over the three axes (V-JEPA vitl16.yaml: uniform_power true)."""
+    return sincos_3d(dim, tuple(grid), True) if len(grid) == 3 else sincos_2d(dim, tuple(grid))
+
+
 def trunc_normal(std: float = 0.02):
     """PyTorch ``trunc_normal_(std=std)`` (bounds +-2 absolute): for std 0.02 a plain normal."""
 
@@ -285,20 +330,25 @@ def gather_tokens(x, index):
 
 
 class VisionTransformer(nnx.Module):
-    """ViT encoder: images [B, H, W, C] -> tokens [B, K, D * last_layers] (or [B, C, K, ...])."""
+    """ViT encoder: images [B, H, W, C] (or clips [B, T, H, W, C] when ``num_frames`` is set: tubelets
+    of ``tubelet_size`` frames) -> tokens [B, K, D * last_layers] (or [B, C, K, ...])."""
 
     def __init__(
         self, *, image_size: tuple[int, int], patch_size: int, channels: int, width: int,
         depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
+        num_frames: int | None = None, tubelet_size: int = 1,
     ):
         self.image_size = tuple(image_size)
         self.patch_size = patch_size
         self.width = width
         self.dtype = dtype
         self.grid = (image_size[0] // patch_size, image_size[1] // patch_size)
+        self.tubelet_size = tubelet_size if num_frames else None
+        if num_frames:  # a 3D grid: (frames / tubelet, rows, columns)
+            self.grid = (num_frames // tubelet_size, *self.grid)
+        kernel = (tubelet_size, patch_size, patch_size) if num_frames else (patch_size, patch_size)
         self.patch_embed = nnx.Conv(
-            channels, width, kernel_size=(patch_size, patch_size),
-            strides=(patch_size, patch_size), padding="VALID",
+            channels, width, kernel_size=kernel, strides=kernel, padding="VALID",
             kernel_init=trunc_normal(), bias_init=_zeros,
             dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
         )
@@ -308,7 +358,10 @@ class VisionTransformer(nnx.Module):
         self.norm = _layer_norm(width, dtype, rngs)
 
     def patchify(self, images):
-        """The strided convolution as one matmul: [B, H, W, C] -> [B, h*w, D] (raster order)."""
+        """The strided convolution as one matmul: [B, H, W, C] -> [B, h*w, D] (raster order), or
+        clips [B, T, H, W, C] -> [B, (T/t)*h*w, D] (frame-major)."""
+        if self.tubelet_size is not None:
+            return self._patchify_clips(images)
         b, hh, ww, c = images.shape
         p = self.patch_size
         gh, gw = hh // p, ww // p
@@ -318,9 +371,20 @@ class VisionTransformer(nnx.Module):
         x = x @ kernel + self.patch_embed.bias[...].astype(self.dtype)
         return x.reshape(b, gh * gw, self.width)
 
+    def _patchify_clips(self, clips):
+        """The 3D convolution (tubelet x patch x patch, stride = kernel) as one matmul."""
+        b, tt, hh, ww, c = clips.shape
+        t, p = self.tubelet_size, self.patch_size
+        gt, gh, gw = tt // t, hh // p, ww // p
+        x = clips.astype(self.dtype).reshape(b, gt, t, gh, p, gw, p, c)
+        x = x.transpose(0, 1, 3, 5, 2, 4, 6, 7).reshape(b * gt * gh * gw, t * p * p * c)
+        kernel = self.patch_embed.kernel[...].astype(self.dtype).reshape(t * p * p * c, self.width)
+        x = x @ kernel + self.patch_embed.bias[...].astype(self.dtype)
+        return x.reshape(b, gt * gh * gw, self.width)
+
     def __call__(self, images, index=None, valid=None, last_layers: int = 1):
         x = self.patchify(images)
-        pos = sincos_2d(self.width, self.grid)
+        pos = pos_embed(self.width, self.grid)
         # the residual stream is float32 (the float32 position table promotes the bf16 patch
         # embedding, as under torch autocast); blocks add their bf16 branches to it
         x = x.astype(jnp.float32) + jnp.asarray(pos, jnp.float32)[None]
@@ -350,14 +414,17 @@ class VisionTransformerPredictor(nnx.Module):
     """I-JEPA predictor: context tokens -> predictions at the target positions [B, M, T, D]."""
 
     def __init__(
-        self, *, grid: tuple[int, int], embed_dim: int, width: int, depth: int, heads: int,
-        mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
+        self, *, grid: tuple[int, ...], embed_dim: int, width: int, depth: int, heads: int,
+        mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs, num_mask_tokens: int | None = None,
     ):
-        self.grid = tuple(grid)
+        self.grid = tuple(grid)  # (rows, columns), or (frames, rows, columns) for video
         self.width = width
         self.dtype = dtype
         self.predictor_embed = _linear(embed_dim, width, dtype, rngs)
-        self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
+        if num_mask_tokens is None:  # I-JEPA: one trunc-normal mask token
+            self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
+        else:  # V-JEPA: one zero-initialised token per mask type (vitl16.yaml zero_init_mask_tokens)
+            self.mask_tokens = nnx.Param(jnp.zeros((num_mask_tokens, 1, width), jnp.float32))
         self.blocks = nnx.List(
             [Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)]
         )
@@ -380,11 +447,17 @@ class VisionTransformerPredictor(nnx.Module):
             context_valid = jnp.ones(context_index.shape, bool)
         if target_valid is None:
             target_valid = jnp.ones(target_index.shape, bool)
-        pos = jnp.asarray(sincos_2d(self.width, self.grid), jnp.float32)  # float32 residual stream
+        pos = jnp.asarray(pos_embed(self.width, self.grid), jnp.float32)  # float32 residual stream
         x = self.predictor_embed(context) + pos[context_index]  # [B, C, K, W]
         x = jnp.broadcast_to(x, (b, m, k, self.width))
         cvalid = jnp.broadcast_to(context_valid, (b, m, k))
-        tokens = self.mask_token[...] + pos[target_index]  # [B, M, T, W]
+        if hasattr(self, "mask_tokens"):  # target set m gets mask token m (V-JEPA's mask_index)
+            if self.mask_tokens.shape[0] != m:
+                raise InputError(f"{m} target sets but {self.mask_tokens.shape[0]} mask tokens")
+            mask = self.mask_tokens[...][None]  # [1, M, 1, W]
+        else:
+            mask = self.mask_token[...]
+        tokens = mask + pos[target_index]  # [B, M, T, W]
         x = jnp.concatenate([x, tokens], axis=2).reshape(b * m, k + t, self.width)
         valid = jnp.concatenate([cvalid, target_valid], axis=2).reshape(b * m, k + t)
         for blk in self.blocks:

@@ -38,6 +38,7 @@ class TrainConfig:
     final_wd: float = 0.4
     ipe_scale: float = 1.0
     clip_grad: float | None = None
+    clip_grad_start: int = 0  # first update that clips (V-JEPA clips only once epoch > warmup)
     betas: tuple[float, float] = (0.9, 0.999)
     # checkpoints and logging
     save_every: int | None = None  # None: only at the end (and on SIGINT/SIGTERM)
@@ -176,6 +177,7 @@ RULES: dict[str, _Rule] = {
     "final_wd": _Rule("float", 0),
     "ipe_scale": _Rule("float", 0, low_open=True),
     "clip_grad": _Rule("float", 0, low_open=True, nullable=True),
+    "clip_grad_start": _Rule("int", 0),
     "betas": _Rule("betas"),
     "save_every": _Rule("int", 1, nullable=True),
     "keep": _Rule("int", 0, nullable=True),  # 0 or None: keep every checkpoint

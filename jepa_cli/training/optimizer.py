@@ -48,11 +48,33 @@ def scheduled_decay_and_lr(lr: Schedule, wd: Schedule, mask: Any) -> optax.Gradi
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def clip_by_global_norm_from(max_norm: float, start: int) -> optax.GradientTransformation:
+    """optax.clip_by_global_norm for updates `start` onwards; earlier updates pass unclipped (V-JEPA
+    app/vjepa/train.py clips only once the warmup is over). State: the update count."""
+
+    def init_fn(params):
+        del params
+        return ScheduledDecayState(count=jnp.zeros([], jnp.int32))
+
+    def update_fn(updates, state, params=None):
+        del params
+        norm = optax.tree.norm(updates)
+        clip = (state.count >= start) & (norm > max_norm)
+        scale = jnp.where(clip, max_norm / jnp.where(clip, norm, 1.0), 1.0)
+        return jax.tree.map(lambda u: u * scale.astype(u.dtype), updates), ScheduledDecayState(state.count + 1)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
 def make_optimizer(lr: Schedule, wd: Schedule, wd_mask: Any, clip_grad: float | None = None,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
-    """optax chain: [clip by global norm] -> Adam moments -> scheduled decoupled decay and LR."""
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   clip_start: int = 0) -> optax.GradientTransformation:
+    """optax chain: [clip by global norm, from update `clip_start` on] -> Adam moments -> scheduled
+    decoupled decay and LR."""
     parts = []
-    if clip_grad:
+    if clip_grad and clip_start > 0:
+        parts.append(clip_by_global_norm_from(float(clip_grad), int(clip_start)))
+    elif clip_grad:
         parts.append(optax.clip_by_global_norm(float(clip_grad)))
     parts.append(optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
     parts.append(scheduled_decay_and_lr(lr, wd, wd_mask))

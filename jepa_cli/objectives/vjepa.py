@@ -1,0 +1,266 @@
+"""V-JEPA (Bardes et al. 2024), as the official facebookresearch/jepa app/vjepa/train.py.
+
+A clip is cut into tubelets (2 frames x 16 x 16 pixels) with a fixed 3D sin-cos position embedding.
+Each mask type (multiblock3d: 8 small blocks and 2 large ones, through every frame) gives its own
+context and target set: the context encoder sees the context tokens of its mask type, the predictor
+(one zero-initialised mask token per mask type) predicts the target encoder's layer-normalised
+features at that type's targets, and the loss mean(|z - h|^p) / p (p = 1) is averaged over the
+mask types. The target encoder is the EMA of the context encoder, runs on the whole clip and is
+never differentiated. Image datasets are refused (modalities): a clip is what it trains on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jepa_cli.data import transforms
+from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.models import ModuleTemplate
+from jepa_cli.models.vit import VideoModelConfig, gather_tokens
+from jepa_cli.objectives import telemetry
+from jepa_cli.objectives.base import EMASpec
+from jepa_cli.objectives.ijepa import layer_norm_no_affine, _listify, _tuplify, ema_momentum
+
+# multiblock3d options the objective sets itself from the model (the token grid)
+_FROM_MODEL = {"grid", "frames"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VJEPAConfig(VideoModelConfig):
+    """The video model's fields (flat, as TOML keys), the mask options and the objective's own."""
+
+    pred_depth: int = 12  # vitl16.yaml model.pred_depth
+    pred_width: int = 384  # vitl16.yaml model.pred_embed_dim
+    # masks: overrides of jepa_cli.masks.MultiBlock3DConfig fields (its defaults are vitl16.yaml's)
+    mask_options: tuple[tuple[str, Any], ...] = ()
+    # objective
+    loss_exp: float = 1.0  # vitl16.yaml loss.loss_exp: L1
+    ema: tuple[float, float] = (0.998, 1.0)  # vitl16.yaml optimization.ema
+    total_updates: float | None = None  # EMA ramp length steps x ipe_scale, unrounded (the trainer)
+    mean: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
+    std: tuple[float, ...] | None = None
+    crop_scale: tuple[float, float] = (0.3, 1.0)  # vitl16.yaml data_aug.random_resize_scale
+    crop_ratio: tuple[float, float] = (0.75, 1.35)  # vitl16.yaml data_aug.random_resize_aspect_ratio
+    hflip: bool = True  # app/vjepa/transforms.py: random_horizontal_flip (True in make_transforms)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
+        if isinstance(self.mask_options, dict):
+            object.__setattr__(self, "mask_options", tuple(sorted(self.mask_options.items())))
+        object.__setattr__(self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options))
+        check_field_types(self, "vjepa")
+        if not self.loss_exp > 0:
+            raise InputError(f"loss_exp must be > 0, got {self.loss_exp}")
+        if len(self.ema) != 2 or not all(0.0 <= m <= 1.0 for m in self.ema):
+            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
+        if self.total_updates is not None and self.total_updates < 0:
+            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
+        for name in ("mean", "std"):
+            v = getattr(self, name)
+            if v is not None and len(v) not in (1, self.channels):
+                raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
+        super().__post_init__()  # the model fields, tubelet against frames
+        self.mask_config  # noqa: B018 - validates the mask options against the token grid
+
+    @property
+    def model_config(self) -> VideoModelConfig:
+        return VideoModelConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(VideoModelConfig)})
+
+    @property
+    def mask_config(self):
+        from jepa_cli.masks import config_from_options
+
+        frames, rows, cols = self.grid3d
+        return config_from_options("multiblock3d", grid=(rows, cols), frames=frames, **dict(self.mask_options))
+
+    @property
+    def norm_mean(self) -> tuple[float, ...]:
+        if self.mean is not None:
+            return self.mean
+        return transforms.IMAGENET_MEAN if self.channels == 3 else (0.5,) * self.channels
+
+    @property
+    def norm_std(self) -> tuple[float, ...]:
+        if self.std is not None:
+            return self.std
+        return transforms.IMAGENET_STD if self.channels == 3 else (0.5,) * self.channels
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "VJEPAConfig":
+        """Flat options; MultiBlock3DConfig fields go to the masks (a "mask" dict may hold them too);
+        any other unknown key is an InputError naming it."""
+        from jepa_cli.masks import MultiBlock3DConfig
+
+        own = {f.name for f in dataclasses.fields(cls)}
+        mask_fields = {f.name for f in dataclasses.fields(MultiBlock3DConfig)} - _FROM_MODEL
+        kwargs: dict[str, Any] = {}
+        masks = dict(config.get("mask") or {})
+        masks.update(dict(config.get("mask_options") or ()))
+        for k, v in config.items():
+            if k in ("mask", "mask_options"):
+                continue
+            if k in own:
+                kwargs[k] = v
+            elif k in mask_fields:
+                masks[k] = v
+            else:
+                raise InputError(f"unknown vjepa option {k!r}")
+        for k in masks:
+            if k not in mask_fields:
+                raise InputError(f"unknown vjepa mask option {k!r}")
+        kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "mask_options":
+                v = {k: _listify(x) for k, x in v}
+            out[f.name] = _listify(v)
+        return out
+
+
+def l1_pair_loss(pred, target, valid, p: float = 1.0):
+    """mean(|z - h|^p) / p over the valid tokens of each mask type, averaged over the types (the
+    official loss_fn: one mean per mask-enc/mask-pred pair, summed, divided by their number).
+    pred, target [B, M, T, D]; valid [B, M, T]."""
+    per_token = jnp.mean(jnp.abs(pred - target) ** p, axis=-1) / p  # [B, M, T]
+    w = valid.astype(jnp.float32)
+    per_type = jnp.sum(per_token * w, axis=(0, 2)) / jnp.maximum(jnp.sum(w, axis=(0, 2)), 1.0)  # [M]
+    return jnp.mean(per_type)
+
+
+class VJEPAObjective:
+    name = "vjepa"
+    modalities = ("video",)
+
+    def __init__(self, config: VJEPAConfig | None = None):
+        self.config = config or VJEPAConfig()
+        self.model_config = self.config.model_config
+
+    # the modules' templates are built on first use: validating options (the trainer builds the
+    # objective once per option the dataset implies) never traces a model
+    @functools.cached_property
+    def _encoder(self) -> ModuleTemplate:
+        return ModuleTemplate(self.model_config.encoder)
+
+    @functools.cached_property
+    def _predictor(self) -> ModuleTemplate:
+        mc, pairs = self.model_config, self.config.mask_config.pairs
+        return ModuleTemplate(lambda rngs: mc.predictor(rngs, num_mask_tokens=pairs))
+
+    @classmethod
+    def from_config(cls, config: dict) -> "VJEPAObjective":
+        return cls(VJEPAConfig.from_dict(config))
+
+    @classmethod
+    def dataset_options(cls, ds: dict) -> dict:
+        """Clips [T, H, W, C]: the frames, frame size and channels the dataset holds."""
+        if ds.get("modality") != "video":
+            return {}
+        t, h, w, c = ds["shape"]
+        return {"num_frames": t, "channels": c, "image_size": h if h == w else [h, w]}
+
+    def to_config(self) -> dict:
+        return self.config.to_dict()
+
+    def with_total_updates(self, total_updates: float) -> "VJEPAObjective":
+        return VJEPAObjective(dataclasses.replace(self.config, total_updates=total_updates))
+
+    # -- parameters ------------------------------------------------------------------------
+    def init(self, key) -> dict:
+        k_enc, k_pred = jax.random.split(key)
+        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
+
+    def param_shapes(self) -> dict:
+        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
+
+    def encoder(self, encoder_params: dict):
+        return self._encoder.merge(encoder_params)
+
+    def predictor(self, predictor_params: dict):
+        return self._predictor.merge(predictor_params)
+
+    @property
+    def ema_spec(self) -> EMASpec:
+        ema0, ema1 = self.config.ema
+        total = self.config.total_updates
+        return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
+
+    def weight_decay_mask(self, params):
+        """True where AdamW decays: not biases, not 1-D leaves (app/vjepa/utils.py param groups)."""
+        def decay(path, leaf):
+            name = getattr(path[-1], "key", getattr(path[-1], "name", None))
+            return not (name == "bias" or len(np.shape(leaf)) <= 1)
+
+        return jax.tree_util.tree_map_with_path(decay, params)
+
+    # -- training --------------------------------------------------------------------------
+    def sample_masks(self, key, batch_size: int):
+        from jepa_cli import masks
+
+        return masks.sample(key, self.config.mask_config, batch_size)
+
+    def loss(self, params, ema, batch, key, step):
+        clips = batch["video"]
+        m = self.sample_masks(key, clips.shape[0])  # C == M: context c predicts target set c
+        target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
+        h = target_encoder(clips).astype(jnp.float32)
+        h = jax.lax.stop_gradient(layer_norm_no_affine(h))
+        h = gather_tokens(h, m.target_index)  # [B, M, T, D]
+        encoder = self._encoder.merge(params["encoder"])
+        predictor = self._predictor.merge(params["predictor"])
+        z_ctx = encoder(clips, m.context_index, m.context_valid)  # [B, M, K, D]
+        z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
+        value = l1_pair_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss_exp)
+        pooled = jax.lax.stop_gradient(telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1))
+        aux = {
+            "loss": value,
+            "repr_std": telemetry.repr_std(pooled),
+            "repr_cov_offdiag": telemetry.repr_cov_offdiag(pooled),
+            "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
+            "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=-1).astype(jnp.float32)),
+        }
+        return value, aux
+
+    # -- evaluation ------------------------------------------------------------------------
+    def encode(self, encoder_params, clips, last_layers: int = 1):
+        enc = self._encoder.merge(encoder_params)
+        return enc(clips, last_layers=last_layers).astype(jnp.float32)
+
+    def _check_clip(self, clip) -> None:
+        c = self.config
+        shape = np.shape(clip)
+        if len(shape) != 4 or shape[0] != c.num_frames or shape[3] != c.channels:
+            raise InputError(f"clips are {list(shape)} [T, H, W, C], the model takes {c.num_frames} frames of "
+                             f"{c.channels} channel(s) (num_frames, channels)")
+
+    def train_transform(self, image_size=None):
+        c = self.config
+        crop = transforms.clip_random_resized_crop(image_size or c.image_size, c.norm_mean, c.norm_std,
+                                                   c.crop_scale, c.crop_ratio, c.hflip)
+
+        def transform(example: dict, rng: np.random.Generator) -> dict:
+            self._check_clip(example["video"])
+            return crop(example, rng)
+
+        return transform
+
+    def eval_transform(self, image_size=None):
+        c = self.config
+        resize = transforms.clip_resize_center_crop(image_size or c.image_size, c.norm_mean, c.norm_std)
+
+        def transform(example: dict, rng: np.random.Generator | None = None) -> dict:
+            self._check_clip(example["video"])
+            return resize(example, rng)
+
+        return transform
