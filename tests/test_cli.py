@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,17 +19,14 @@ def test_help_lists_the_commands_that_exist(run_cli):
         assert name in result.stdout
 
 
-def test_help_imports_neither_jax_nor_subcommands_and_is_fast():
-    code = ("import sys, time; t = time.perf_counter(); from jepa_cli.cli.main import cli\n"
+def test_help_imports_neither_jax_nor_numpy():
+    # what keeps `jepa --help` and completion fast; its time is not asserted (the machine's load is)
+    code = ("import sys; from jepa_cli.cli.main import cli\n"
             "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "assert 'jax' not in sys.modules and 'numpy' not in sys.modules, 'heavy import'\n"
-            "print(time.perf_counter() - t, file=sys.stderr)")
-    start = time.perf_counter()
+            "heavy = sorted(m for m in ('jax', 'numpy', 'tensorstore', 'flax') if m in sys.modules)\n"
+            "assert not heavy, heavy")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
     assert result.returncode == 0, result.stderr
-    assert elapsed < 1.5  # interpreter start included; the group itself takes a few ms
-    assert float(result.stderr.strip().splitlines()[-1]) < 0.25
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
