@@ -21,6 +21,7 @@ from jepa_cli.errors import InputError
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 BUILTINS = {
     "digits": "1,797 real 8x8 grayscale handwritten digits, 10 classes (ships with scikit-learn, no download)",
+    "tones": "300 synthetic audio clips of 1-2 s, 10 classes (tones, chirps, noise bands; made at --sample-rate)",
 }
 IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
@@ -78,6 +79,8 @@ def open_source(spec: str, labels_path: str | None = None) -> Source:
 def _builtin(name: str) -> Source:
     if name not in BUILTINS:
         raise InputError(f"builtin:{name}: unknown built-in source (known: {', '.join('builtin:' + n for n in BUILTINS)})")
+    if name == "tones":  # audio: jepa_cli.data.audio.tones_source
+        raise InputError("builtin:tones is an audio source (jepa_cli.data.audio.open_audio_source)")
     from sklearn.datasets import load_digits
 
     digits = load_digits()

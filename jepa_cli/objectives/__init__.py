@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives.base import EMASpec, Objective
+from jepa_cli.objectives.audio_jepa import AudioJEPAObjective
 from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
 
-OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective}
+OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "audio-jepa": AudioJEPAObjective}
 
-__all__ = ["EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "make_objective"]
+__all__ = ["AudioJEPAObjective", "EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "make_objective"]
 
 
 def make_objective(name: str, config: dict | None = None) -> Objective:
