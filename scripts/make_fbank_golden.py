@@ -6,7 +6,8 @@ Run once with a separate environment that has torchaudio (it is not a dependency
 
 Signals are quantised to 16 bits (k / 32768, exact in float32) and stored as int16, so the file stays
 small and both sides read bit-identical inputs. Each case `NAME` stores `NAME/wave` (int16),
-`NAME/fbank` (float32 [frames, bins]) and `NAME/args` (JSON of the fbank keyword arguments).
+`NAME/fbank` (float32 [frames, bins]), `NAME/args` (JSON of the fbank keyword arguments) and
+`NAME/error` (what torchaudio raised, or ""; it refuses a clip shorter than one window).
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ def main(out: str) -> None:
     arrays: dict[str, np.ndarray] = {}
     for name, (wave, args) in signals().items():
         x = torch.from_numpy(wave.astype(np.float32) / 32768.0)[None]
+        error = ""
         try:
             feats = kaldi.fbank(x, **args).numpy().astype(np.float32)
         except Exception as exc:  # noqa: BLE001 - record what torchaudio does with a too-short clip
-            print(f"{name}: torchaudio raised {type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            print(f"{name}: torchaudio raised {error}")
             feats = np.zeros((0, args.get("num_mel_bins", 23)), np.float32)
+        arrays[f"{name}/error"] = np.asarray(error)
         arrays[f"{name}/wave"] = wave
         arrays[f"{name}/fbank"] = feats
         arrays[f"{name}/args"] = np.asarray(json.dumps(args))
