@@ -294,10 +294,9 @@ def synth_tone(kind: str, sr: int, rng: np.random.Generator) -> np.ndarray:
     else:
         raise InputError(f"unknown tone class {kind!r}")
     x = np.asarray(x, np.float64)
-    x = x / max(np.max(np.abs(x)), 1e-9) * rng.uniform(0.1, 0.9)  # random level
-    snr_db = rng.uniform(10, 30)
+    snr_db = rng.uniform(10, 30)  # white background noise 10-30 dB below the signal
     x = x + rng.standard_normal(n) * np.sqrt(np.mean(x**2) / 10 ** (snr_db / 10))
-    return x.astype(np.float32)
+    return (x / max(np.max(np.abs(x)), 1e-9) * rng.uniform(0.1, 0.9)).astype(np.float32)  # random peak level
 
 
 # -- the writer ------------------------------------------------------------------------------------

@@ -105,7 +105,8 @@ def _image_folder(root: Path) -> Source:
     else:
         files, class_names, label_array = _list_images(root), [], None
     if not files:
-        raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))})")
+        raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))}), nor audio files "
+                         "(.flac, .ogg, .wav) at any depth")
 
     def read(i: int):
         from PIL import Image
