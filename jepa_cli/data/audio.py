@@ -54,11 +54,23 @@ class AudioSource:
 
 
 def is_audio_source(spec: str) -> bool:
-    """`builtin:tones`, or a folder holding audio files (at any depth) and no images at its top."""
+    """`builtin:tones`, or a folder holding audio files (at any depth) and no images at its top or in
+    its first-level folders (where an image folder keeps them)."""
     if spec == "builtin:tones":
         return True
     path = Path(spec)
     if not path.is_dir():
+        return False
+    from jepa_cli.data.sources import IMAGE_EXTENSIONS
+
+    try:  # an image folder (images at its top or in its class folders) is never walked further
+        for entry in os.scandir(path):
+            if entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:
+                return False
+            if entry.is_dir() and not entry.name.startswith("."):
+                if any(Path(f).suffix.lower() in IMAGE_EXTENSIONS for f in os.listdir(entry.path)):
+                    return False
+    except OSError:
         return False
     for _root, _dirs, files in os.walk(path):
         if any(Path(f).suffix.lower() in AUDIO_EXTENSIONS for f in files):
