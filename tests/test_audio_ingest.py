@@ -193,3 +193,10 @@ def test_bad_audio_input_is_one_line_and_writes_nothing(run_cli, sounds, tmp_pat
         fragments = ("--sample-rate applies to audio sources only",)
     assert_user_error(run_cli("ingest", *args), *fragments)
     assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_probe_refuses_raw_audio_at_two_sample_rates(run_cli, sounds, tmp_path):
+    for rate in ("8000", "16000"):
+        run_cli("ingest", sounds, tmp_path / f"{rate}.zarr", "--sample-rate", rate, "--seconds", "0.5")
+    result = run_cli("probe", "knn", tmp_path / "8000.zarr", tmp_path / "16000.zarr", "--raw", "--k", "1")
+    assert_user_error(result, "sample rates differ", "8000 Hz", "16000 Hz")
