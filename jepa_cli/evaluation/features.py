@@ -116,7 +116,10 @@ def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bo
               min_train: int = 1, allow_mismatch: bool = False) -> tuple[Features, Features, int, str | None]:
     """Loads TRAIN and TEST, checks they agree; returns them, the number of classes, and how their
     encodings differ (None when they match; an InputError unless `allow_mismatch`)."""
-    a, b = store.read_attributes(train), store.read_attributes(test)
+    try:  # before loading: raw audio is turned into log-mel features on the way in
+        a, b = store.read_attributes(train), store.read_attributes(test)
+    except InputError:
+        a = b = {}  # load_features names what is wrong
     if "audio" in (a.get("modality"), b.get("modality")) and a.get("sample_rate") != b.get("sample_rate"):
         raise InputError(f"sample rates differ: {train} is at {a.get('sample_rate')} Hz, {test} at "
                          f"{b.get('sample_rate')} Hz (ingest both with the same --sample-rate)")
