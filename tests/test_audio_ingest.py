@@ -200,3 +200,22 @@ def test_probe_refuses_raw_audio_at_two_sample_rates(run_cli, sounds, tmp_path):
         run_cli("ingest", sounds, tmp_path / f"{rate}.zarr", "--sample-rate", rate, "--seconds", "0.5")
     result = run_cli("probe", "knn", tmp_path / "8000.zarr", tmp_path / "16000.zarr", "--raw", "--k", "1")
     assert_user_error(result, "sample rates differ", "8000 Hz", "16000 Hz")
+
+
+def test_info_png_draws_spectrograms_of_the_first_clips(run_cli, sounds, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "s.zarr"
+    run_cli("ingest", sounds, out, "--sample-rate", "16000", "--seconds", "1")
+    result = run_cli("info", out, "--png", tmp_path / "s.png", "--samples", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["png"] == str(tmp_path / "s.png")
+    picture = np.asarray(Image.open(tmp_path / "s.png"))
+    assert picture.shape == (3 * 128 + 2 * 2, 98)  # 3 x 128 mel rows and 2 gaps; 1 + (16000 - 400) // 160 frames
+    # clip 0 is a 440 Hz tone: its brightest row (low frequencies at the bottom) is the same in every frame
+    rows = np.argmax(picture[:128, 5:-5], axis=0)
+    assert len(set(rows.tolist())) == 1 and rows[0] > 64
+    assert_user_error(run_cli("info", out, "--png", tmp_path / "s.png"), "s.png", "--force")
+    run_cli("ingest", "builtin:digits", tmp_path / "d.zarr", "--limit", "4")
+    assert_user_error(run_cli("info", tmp_path / "d.zarr", "--png", tmp_path / "d.png"), "draws audio datasets")
+    assert not (tmp_path / "d.png").exists()

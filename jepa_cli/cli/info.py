@@ -11,17 +11,29 @@ from jepa_cli.cli.common import emit, output_options, print_mapping
 
 @click.command("info")
 @click.argument("path", type=click.Path())
+@click.option("--png", "png_path", type=click.Path(dir_okay=False),
+              help="Audio datasets: draw the log-mel spectrograms of the first clips into this PNG file.")
+@click.option("--samples", type=click.IntRange(min=1, max=64), default=4, show_default=True,
+              help="How many clips --png draws.")
+@click.option("--force", is_flag=True, help="Let --png replace an existing PNG file.")
 @output_options
-def command(path: str, as_json: bool, verbose: int, quiet: bool) -> None:
+def command(path: str, png_path: str | None, samples: int, force: bool, as_json: bool, verbose: int,
+            quiet: bool) -> None:
     """Describe a dataset, mask file, embedding set or run.
 
     \b
     Example:
       jepa info digits-train.zarr --json | python -m json.tool
+      jepa info tones-train.zarr --png tones.png
     """
     from jepa_cli.data.describe import describe
 
-    emit(describe(path), as_json, _human)
+    description = describe(path)
+    if png_path is not None:
+        from jepa_cli.data.audio import spectrogram_png
+
+        description["png"] = spectrogram_png(path, png_path, samples, force)["png"]
+    emit(description, as_json, _human)
 
 
 def _human(description: dict[str, Any]) -> None:

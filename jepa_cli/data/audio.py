@@ -483,3 +483,55 @@ def pooled_log_mel(waves: np.ndarray, sample_rate: int, batch: int = 64) -> np.n
             x = np.concatenate([x, np.zeros((batch - rows, x.shape[1]), np.float32)])
         out.append(np.asarray(step(x))[:rows])
     return np.concatenate(out).astype(np.float32)
+
+
+# -- pictures --------------------------------------------------------------------------------------
+
+PICTURE_RANGE = 80.0 * math.log(10.0) / 10.0  # 80 dB of power, in natural-log units (18.4)
+PICTURE_GAP = 2  # pixels between two spectrograms
+
+
+def spectrogram_png(dataset: str | Path, png_path: str | Path, samples: int = 4, force: bool = False) -> dict[str, Any]:
+    """Draws the log-mel spectrograms of an audio dataset's first `samples` clips, one under the
+    other (time left to right, low frequencies at the bottom, the loudest 80 dB of each clip from
+    black to white), the front-end of `pooled_log_mel` without the time average; written atomically
+    as a PNG (`force` replaces only a PNG). Returns {"png", "samples", "frames", "mel_bins"}."""
+    import io
+
+    import jax
+    from PIL import Image
+
+    from jepa_cli.data.fbank import FbankConfig, fbank
+
+    dataset = Path(dataset)
+    attrs = store.read_attributes(dataset)
+    if attrs.get("modality") != "audio":
+        raise InputError(f"{dataset}: --png draws audio datasets (spectrograms); this one holds "
+                         f"{attrs.get('modality')!r}")
+    if samples < 1:
+        raise InputError(f"--samples must be positive, got {samples}")
+    store.check_output_file(png_path, force, store.PNG_MAGIC, "PNG picture")
+    store.check_disjoint(png_path, [dataset])
+    inputs = store.open_array(dataset / "inputs")
+    clips = np.asarray(store.read(inputs, slice(0, min(samples, int(inputs.shape[0])))))
+    if clips.dtype == np.int16:
+        clips = clips.astype(np.float32) / np.float32(32768.0)
+    rate = int(attrs.get("sample_rate") or 0)
+    if rate <= 0:
+        raise InputError(f"{dataset}: has no sample_rate attribute; ingest it again")
+    config = FbankConfig(sample_rate=float(rate), frame_length_ms=RAW_FRAME_MS, frame_shift_ms=RAW_SHIFT_MS,
+                         num_bins=RAW_MEL_BINS, low_freq=20.0, high_freq=min(16000.0, rate / 2.0),
+                         window_type="hanning")
+    if config.frames(clips.shape[-1]) == 0:
+        raise InputError(f"{dataset}: clips of {clips.shape[-1]} samples are shorter than one 25 ms frame")
+    spec = np.asarray(jax.jit(lambda w: fbank(w, config))(clips.astype(np.float32)))  # [n, frames, bins]
+    top = spec.max(axis=(1, 2), keepdims=True)
+    level = np.clip((spec - (top - PICTURE_RANGE)) / PICTURE_RANGE, 0.0, 1.0)
+    tiles = [np.round(255 * level[i].T[::-1]).astype(np.uint8) for i in range(len(level))]  # [bins, frames]
+    gap = np.full((PICTURE_GAP, tiles[0].shape[1]), 128, np.uint8)
+    picture = np.concatenate([part for tile in tiles for part in (tile, gap)][:-1], axis=0)
+    buffer = io.BytesIO()
+    Image.fromarray(picture, "L").save(buffer, format="PNG")
+    store.write_file(png_path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    return {"png": utf8_text(str(png_path)), "samples": len(tiles), "frames": int(spec.shape[1]),
+            "mel_bins": RAW_MEL_BINS}
