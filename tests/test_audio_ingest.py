@@ -158,7 +158,7 @@ def test_truncated_wav_is_refused(run_cli, sounds, tmp_path):
     assert nothing_written(tmp_path, "s.zarr")
 
 
-@pytest.mark.parametrize("case", ["no-audio", "csv-missing-file", "csv-missing-label", "regex-no-group",
+@pytest.mark.parametrize("case", ["no-audio", "one-file", "csv-missing-file", "csv-missing-label", "regex-no-group",
                                   "regex-no-match", "seconds-0", "size-on-audio", "rate-on-images"])
 def test_bad_audio_input_is_one_line_and_writes_nothing(run_cli, sounds, tmp_path, case):
     args: list = [sounds, tmp_path / "o.zarr"]
@@ -168,6 +168,8 @@ def test_bad_audio_input_is_one_line_and_writes_nothing(run_cli, sounds, tmp_pat
         empty.mkdir()
         (empty / "x.mp3").write_bytes(b"ID3")
         args, fragments = [empty, tmp_path / "o.zarr"], ("no image files", "nor audio files")
+    elif case == "one-file":
+        args, fragments = [sounds / "birds" / "a.wav", tmp_path / "o.zarr"], ("a.wav: is one audio file",)
     elif case == "csv-missing-file":
         (tmp_path / "l.csv").write_text("birds/a.wav,x\nbirds/deep/b.flac,x\ndogs/c.ogg,y\ndogs/d.wav,y\nzz.wav,y\n")
         args += ["--labels", tmp_path / "l.csv"]

@@ -59,6 +59,8 @@ def is_audio_source(spec: str) -> bool:
     if spec == "builtin:tones":
         return True
     path = Path(spec)
+    if path.is_file() and path.suffix.lower() in AUDIO_EXTENSIONS:
+        return True  # refused by open_audio_source with the fix
     if not path.is_dir():
         return False
     from jepa_cli.data.sources import IMAGE_EXTENSIONS
@@ -88,6 +90,8 @@ def open_audio_source(spec: str, labels_csv: str | None = None, label_regex: str
             raise InputError("--labels and --label-regex do not apply to a builtin: source")
         return tones_source()
     root = Path(spec)
+    if root.is_file():
+        raise InputError(utf8_text(f"{root}: is one audio file; ingest the folder that holds it"))
     if not root.is_dir():
         raise InputError(f"{root}: no such folder")
     if labels_csv and label_regex:
