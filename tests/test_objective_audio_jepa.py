@@ -172,3 +172,11 @@ def test_modalities_are_refused_across(tones, run_cli, tmp_path):
     result = run_cli("train", "--objective", "ijepa", "--data", root / "train.zarr", "--out", tmp_path / "r2",
                      "--steps", "1")
     assert_user_error(result, "modality is 'audio'")
+
+
+def test_the_default_audio_jepa_encoder_traces_on_10_s_clips_at_32_khz():
+    obj = AudioJEPAObjective(AudioJEPAConfig(total_updates=10))  # ViT-B, 256 x 128, 16 x 8 patches
+    shapes = obj.param_shapes()
+    waves = jax.ShapeDtypeStruct((2, 320000), jnp.float32)
+    assert jax.eval_shape(obj.spectrogram, waves).shape == (2, 256, 128, 1)  # 254 Kaldi frames padded to 256
+    assert jax.eval_shape(obj.encode, shapes["encoder"], waves).shape == (2, 16, 768)  # 16 vectors per 10 s
