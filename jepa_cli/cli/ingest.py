@@ -36,9 +36,9 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--list-builtins", is_flag=True, expose_value=False, is_eager=True, callback=_list_builtins,
               help="List the built-in sources and exit.")
 @output_options
-def command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex, split, test_fraction, seed, limit, skip_bad, force,
-            as_json, verbose, quiet):
-    """Put images or arrays into a dataset directory (zarr v3).
+def command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex, split, test_fraction, seed,
+            limit, skip_bad, force, as_json, verbose, quiet):
+    """Put images, arrays or audio into a dataset directory (zarr v3).
 
     SOURCE is a folder of images (ROOT/<class>/* gives labels), a folder of audio files (wav, flac,
     ogg, at any depth; ROOT/<class>/... gives labels, or --labels CSV, or --label-regex), a
