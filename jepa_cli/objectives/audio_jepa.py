@@ -134,8 +134,8 @@ class AudioJEPAConfig:
 
 def log_mel(waves, config: AudioJEPAConfig):
     """float32 waveforms [B, samples] -> log-mel spectrograms [B, frames, mel_bins, 1]: Kaldi fbank,
-    then cut or zero-padded at the end to `frames` (the padding of AST-style loaders: 10 s at 32 kHz
-    gives 254 Kaldi frames for 256)."""
+    then cut or zero-padded at the end to `frames` (10 s at 32 kHz gives 254 Kaldi frames for 256; our
+    choice, as AST-style loaders pad, since the reference notes do not say, docs/audio.md)."""
     x = fbank(waves, config.fbank_config)  # [B, m, mel]
     m = x.shape[-2]
     if m >= config.frames:
