@@ -150,8 +150,8 @@ def test_encode_pools_the_frequency_patches_of_each_time_step():
     obj = AudioJEPAObjective(AudioJEPAConfig(**TINY))
     params = obj.init(jax.random.key(0))["encoder"]
     waves = jax.random.normal(jax.random.key(1), (2, 4000))
-    z = jax.jit(obj.encode)(params, waves)
-    full = obj._encoder.merge(params)(obj.spectrogram(waves))  # [2, 16, 32]: time-major 4 x 4 grid
+    # one compile: the pooled encoding and the full token grid [2, 16, 32] (time-major 4 x 4)
+    z, full = jax.jit(lambda p, w: (obj.encode(p, w), obj._encoder.merge(p)(obj.spectrogram(w))))(params, waves)
     np.testing.assert_allclose(np.asarray(z), np.asarray(full).reshape(2, 4, 4, 32).mean(axis=2), atol=1e-6)
 
 
@@ -165,12 +165,16 @@ def test_probe_raw_on_audio_uses_pooled_log_mel(tones, run_cli):
 
 def test_modalities_are_refused_across(tones, run_cli, tmp_path):
     root, _, _ = tones
-    run_cli("ingest", "builtin:digits", tmp_path / "d.zarr", "--limit", "40", "--size", "16x16")
-    result = run_cli("train", "--objective", "audio-jepa", "--data", tmp_path / "d.zarr", "--out", tmp_path / "r",
-                     "--steps", "1", "--batch-size", "8")
-    assert_user_error(result, "modality is 'image'", "'audio'")
-    result = run_cli("train", "--objective", "ijepa", "--data", root / "train.zarr", "--out", tmp_path / "r2",
+    np.save(tmp_path / "d.npy", np.zeros((16, 16, 16), np.uint8))
+    assert run_cli("ingest", tmp_path / "d.npy", tmp_path / "d.zarr").exit_code == 0
+    small = 'model = "tiny"\nwidth = 16\ndepth = 1\nheads = 1\npred_width = 16\npred_depth = 1\npred_heads = 1\n'  # cheap to build
+    (tmp_path / "a.toml").write_text(f'objective = "audio-jepa"\nbatch_size = 8\n["audio-jepa"]\n{small}')
+    (tmp_path / "i.toml").write_text(f'objective = "ijepa"\nbatch_size = 8\n[ijepa]\n{small}image_size = 16\n')
+    result = run_cli("train", "--config", tmp_path / "a.toml", "--data", tmp_path / "d.zarr", "--out", tmp_path / "r",
                      "--steps", "1")
+    assert_user_error(result, "modality is 'image'", "'audio'")
+    result = run_cli("train", "--config", tmp_path / "i.toml", "--data", root / "train.zarr", "--out",
+                     tmp_path / "r2", "--steps", "1")
     assert_user_error(result, "modality is 'audio'")
 
 
