@@ -12,7 +12,8 @@ from jepa_cli.cli.common import emit, output_options, print_mapping
 @click.command("info")
 @click.argument("path", type=click.Path())
 @click.option("--png", "png_path", type=click.Path(dir_okay=False),
-              help="Dataset: write a picture of the first samples (video: one row of frames per clip).")
+              help="Dataset: write a picture of the first samples (video: one row of frames per clip; "
+                   "audio: log-mel spectrograms).")
 @click.option("--samples", type=click.IntRange(min=1, max=64), default=4, show_default=True,
               help="How many samples --png draws.")
 @click.option("--force", is_flag=True, help="Replace an existing PNG (nothing else).")
@@ -25,18 +26,24 @@ def command(path: str, png_path: str | None, samples: int, force: bool, as_json:
     Example:
       jepa info digits-train.zarr --json | python -m json.tool
       jepa info clips.zarr --png clips.png --samples 8
+      jepa info tones-train.zarr --png tones.png
     """
     from jepa_cli.data.describe import describe
 
     description = describe(path)
     if png_path is not None:
-        from jepa_cli.data.video import write_strip_png
-
         if description["kind"] != "dataset":
             from jepa_cli.errors import InputError
 
             raise InputError(f"{path}: --png draws a dataset's samples, not a {description['kind']}")
-        description["png"] = write_strip_png(path, png_path, samples, force)
+        if description.get("modality") == "audio":
+            from jepa_cli.data.audio import spectrogram_png
+
+            description["png"] = spectrogram_png(path, png_path, samples, force)["png"]
+        else:
+            from jepa_cli.data.video import write_strip_png
+
+            description["png"] = write_strip_png(path, png_path, samples, force)
     emit(description, as_json, _human)
 
 

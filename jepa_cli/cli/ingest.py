@@ -20,9 +20,13 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.command("ingest")
 @click.argument("source", required=True)
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=False), required=True)
-@click.option("--labels", "labels_path", help="Labels file (.npy, .txt, IDX) for an array or IDX source.")
+@click.option("--labels", "labels_path",
+              help="Labels file (.npy, .txt, IDX) for an array or IDX source; a path,label CSV for an audio folder.")
 @click.option("--size", help="Resize with a center crop to HxW (needed when sample sizes differ).")
 @click.option("--channels", type=click.Choice(["1", "3"]), help="Convert to 1 (grayscale) or 3 (RGB) channels.")
+@click.option("--sample-rate", type=int, help="Audio: resample to this rate in Hz (default 32000).")
+@click.option("--seconds", type=float, help="Audio: crop or zero-pad every clip to this length (default 10).")
+@click.option("--label-regex", help="Audio: label = first group of this regex over each file's stem, e.g. '^(\\d+)_'.")
 @click.option("--split", type=click.Choice(["train", "test"]), help="Keep one side of a stratified split.")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Fraction of each class in the test split.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split.")
@@ -35,21 +39,43 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--list-builtins", is_flag=True, expose_value=False, is_eager=True, callback=_list_builtins,
               help="List the built-in sources and exit.")
 @output_options
-def command(source, out, labels_path, size, channels, split, test_fraction, seed, limit, skip_bad, force,
-            frames, frame_stride, clips_per_video, as_json, verbose, quiet):
-    """Put images, video clips or arrays into a dataset directory (zarr v3).
+def command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex, split, test_fraction, seed,
+            limit, skip_bad, force, frames, frame_stride, clips_per_video, as_json, verbose, quiet):
+    """Put images, video clips, audio or arrays into a dataset directory (zarr v3).
 
-    SOURCE is a folder of images (ROOT/<class>/* gives labels), a .npy/.npz file, an IDX file
-    (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins). Video: a video file, a
-    folder of them or of frame folders (ROOT/<class>/<clip>/*.png), a [N, T, H, W, C] array; a
-    video shorter than one clip is padded with its last frame (skipped with --skip-bad).
+    SOURCE is a folder of images (ROOT/<class>/* gives labels), a folder of audio files (wav, flac,
+    ogg, at any depth; ROOT/<class>/... gives labels, or --labels CSV, or --label-regex), a
+    .npy/.npz file, an IDX file (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins).
+    Video: a video file, a folder of them or of frame folders (ROOT/<class>/<clip>/*.png), a
+    [N, T, H, W, C] array; a video shorter than one clip is padded with its last frame (skipped
+    with --skip-bad).
 
     \b
     Example:
       jepa ingest builtin:digits digits-train.zarr --size 16x16 --split train --seed 0
       jepa ingest t10k-images-idx3-ubyte.gz mnist-test.zarr --labels t10k-labels-idx1-ubyte.gz
       jepa ingest videos/ clips.zarr --frames 16 --frame-stride 4 --size 64x64
+      jepa ingest builtin:tones tones-train.zarr --sample-rate 16000 --seconds 1 --split train
     """
+    from jepa_cli.data.audio import is_audio_source
+
+    if is_audio_source(source):
+        from jepa_cli.cli.ingest_audio import ingest_audio_command
+
+        for flag, value in (("--frames", frames), ("--frame-stride", frame_stride),
+                            ("--clips-per-video", clips_per_video)):
+            if value is not None:
+                from jepa_cli.errors import InputError
+
+                raise InputError(f"{flag} applies to video sources only ({source} is audio)")
+
+        return ingest_audio_command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex,
+                                    split, test_fraction, seed, limit, skip_bad, force, as_json, quiet)
+    for flag, value in (("--sample-rate", sample_rate), ("--seconds", seconds), ("--label-regex", label_regex)):
+        if value is not None:
+            from jepa_cli.errors import InputError
+
+            raise InputError(f"{flag} applies to audio sources only ({source} is not one)")
     from jepa_cli.data.ingest import ingest
     from jepa_cli.data.sources import open_source
     from jepa_cli.data.video import ClipOptions

@@ -71,6 +71,10 @@ def describe_dataset(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
         counts = np.bincount(labels, minlength=len(class_names)) if labels.size else np.zeros(0, int)
         names = class_names if len(class_names) == len(counts) else [str(i) for i in range(len(counts))]
         out["label_histogram"] = {name: int(c) for name, c in zip(names, counts)}
+    if attrs.get("modality") == "audio" and (path / "durations").exists():  # docs/formats.md, "Audio datasets"
+        from jepa_cli.data.audio import duration_stats
+
+        out["duration_seconds"] = duration_stats(store.read_array(path / "durations"))
     out["num_classes"] = len(class_names) if class_names else None
     out["class_names"] = class_names
     out["bytes_on_disk"] = store.disk_bytes(path)

@@ -23,6 +23,7 @@ BUILTINS = {
     "digits": "1,797 real 8x8 grayscale handwritten digits, 10 classes (ships with scikit-learn, no download)",
     "moving-digits": "video: 1,797 clips of a built-in digit bouncing in 32x32 over 16 frames, labels = digit "
                      "(?label=direction: 4 motion directions; ?digits=2: a second digit; ?size=64)",
+    "tones": "300 synthetic audio clips of 1-2 s, 10 classes (tones, chirps, noise bands; made at --sample-rate)",
 }
 IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
@@ -102,6 +103,8 @@ def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
 def _builtin(name: str) -> Source:
     if name not in BUILTINS:
         raise InputError(f"builtin:{name}: unknown built-in source (known: {', '.join('builtin:' + n for n in BUILTINS)})")
+    if name == "tones":  # audio: jepa_cli.data.audio.tones_source
+        raise InputError("builtin:tones is an audio source (jepa_cli.data.audio.open_audio_source)")
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -126,7 +129,8 @@ def _image_folder(root: Path) -> Source:
     else:
         files, class_names, label_array = _list_images(root), [], None
     if not files:
-        raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))})")
+        raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))}), nor audio files "
+                         "(.flac, .ogg, .wav) at any depth")
 
     def read(i: int):
         from PIL import Image

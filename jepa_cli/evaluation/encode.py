@@ -312,6 +312,15 @@ def _check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: 
                          f"(ingest it again with --channels {channels})")
 
 
+def _check_sample_rate(source, attrs: dict[str, Any], rate: int | None, run_dir: Path) -> None:
+    """Audio must be at the sample rate the run's front-end was built for."""
+    if rate is None or attrs.get("modality") != "audio":
+        return
+    if int(attrs.get("sample_rate") or 0) != int(rate):
+        raise InputError(f"{source}: audio at {attrs.get('sample_rate')} Hz, but {run_dir} was trained at {rate} Hz "
+                         f"(ingest it again with --sample-rate {rate})")
+
+
 def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: str | os.PathLike, *,
                step: int | None = None, weights: str = "target", pool: str = "mean", layers: str = "last",
                batch_size: int = 128, mesh: str | None = "data=-1,fsdp=1", force: bool = False,
@@ -344,6 +353,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
 
     objective_config = config.get("objective_config") if isinstance(config, dict) else None
     _check_channels(source, source_attrs, (objective_config or {}).get("channels"), run_dir)
+    _check_sample_rate(source, source_attrs, (objective_config or {}).get("sample_rate"), run_dir)
     image_size = (objective_config or {}).get("image_size")
     transform = objective.eval_transform(image_size)
     mesh_obj = None

@@ -2,7 +2,8 @@
 
 A latent dataset (modality "latent", e.g. from encode-latents) is used as is: `[N, D]` vectors or
 `[N, T, D]` tokens. Any other dataset needs `raw=True`: samples are flattened and pixels (integer
-dtypes) are scaled to [0, 1] by the dtype's maximum, the baseline every table needs.
+dtypes) are scaled to [0, 1] by the dtype's maximum, the baseline every table needs; audio clips
+become their log-mel spectrogram averaged over time (128 values, `data.audio.pooled_log_mel`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,12 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
         raise InputError(f"{path}: the dataset is empty")
     if labels.min() < 0:
         raise InputError(f"{path}: labels must be non-negative class indices")
-    if raw or modality != "latent":
+    if modality == "audio":  # raw audio: time-pooled log-mel features (data/audio.py, pooled_log_mel)
+        from jepa_cli.data.audio import pooled_log_mel
+
+        x = pooled_log_mel(x, int(attrs.get("sample_rate") or 0) or 16000)
+        x = x[:, None, :] if tokens else x
+    elif raw or modality != "latent":
         scale = float(np.iinfo(x.dtype).max) if np.issubdtype(x.dtype, np.integer) else 1.0
         x = x.reshape(x.shape[0], -1).astype(np.float32) / np.float32(scale)
         if tokens:
@@ -110,6 +116,13 @@ def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bo
               min_train: int = 1, allow_mismatch: bool = False) -> tuple[Features, Features, int, str | None]:
     """Loads TRAIN and TEST, checks they agree; returns them, the number of classes, and how their
     encodings differ (None when they match; an InputError unless `allow_mismatch`)."""
+    try:  # before loading: raw audio is turned into log-mel features on the way in
+        a, b = store.read_attributes(train), store.read_attributes(test)
+    except InputError:
+        a = b = {}  # load_features names what is wrong
+    if "audio" in (a.get("modality"), b.get("modality")) and a.get("sample_rate") != b.get("sample_rate"):
+        raise InputError(f"sample rates differ: {train} is at {a.get('sample_rate')} Hz, {test} at "
+                         f"{b.get('sample_rate')} Hz (ingest both with the same --sample-rate)")
     tr = load_features(train, raw, tokens)
     te = load_features(test, raw, tokens)
     if (raw or tr.attrs.get("modality") != "latent") and tr.sample_shape != te.sample_shape:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives.base import EMASpec, Objective
+from jepa_cli.objectives.audio_jepa import AudioJEPAObjective
 from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
 from jepa_cli.objectives.vjepa import VJEPAConfig, VJEPAObjective
 
-OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "vjepa": VJEPAObjective}
+OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "vjepa": VJEPAObjective, "audio-jepa": AudioJEPAObjective}
 
-__all__ = ["EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "VJEPAConfig", "VJEPAObjective",
-           "make_objective"]
+__all__ = ["AudioJEPAObjective", "EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "VJEPAConfig",
+           "VJEPAObjective", "make_objective"]
 
 
 def make_objective(name: str, config: dict | None = None) -> Objective:

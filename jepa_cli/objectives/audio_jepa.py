@@ -1,0 +1,306 @@
+"""Audio-JEPA (Tuncay et al., ICME 2025), as the released LudovicTuncay/Audio-JEPA code.
+
+Waveforms become Kaldi log-mel spectrograms [frames x mel] in JAX (jepa_cli.data.fbank), a ViT (the
+same modules as I-JEPA) reads them as one-channel images cut into patches (time-major grid), random
+masks with a ratio ~ U(0.4, 0.6) per batch split the patches into one context and one target set,
+and the predictor regresses the EMA target encoder's features with the released code's norm_mse
+loss (2 - 2 cos against per-token standardised targets). Facts used: docs/audio.md and
+/work/shared/reference/official-recipes.md ("Audio-JEPA").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jepa_cli.data.fbank import FbankConfig, fbank
+from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.models import ModelConfig, ModuleTemplate
+from jepa_cli.models.vit import MODEL_SIZES, gather_tokens
+from jepa_cli.objectives import telemetry
+from jepa_cli.objectives.base import EMASpec
+
+NORM_EPS = 1e-6  # Audio-JEPA src/models/components/loss.py: target standardisation eps
+L2_FLOOR = 1e-12  # torch.nn.functional.normalize's default eps
+
+
+def _tuplify(v):
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+def _listify(v):
+    return [_listify(x) for x in v] if isinstance(v, tuple) else v
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioJEPAConfig:
+    """The model, the front-end, the masks and the EMA; defaults are Audio-JEPA's values."""
+
+    # model (jepa_cli.models.ModelConfig fields; image size and channels follow from the front-end)
+    model: str = "base"  # Audio-JEPA: ViT-B 768/12/12
+    patch_size: int = 16  # Audio-JEPA: 16 x 16 patches over (time, mel)
+    pred_depth: int = 6  # Audio-JEPA predictor depth 6
+    pred_width: int = 384  # Audio-JEPA predictor width 384
+    pred_heads: int | None = 12  # Audio-JEPA predictor 12 heads
+    dtype: str = "float32"
+    width: int | None = None
+    depth: int | None = None
+    heads: int | None = None
+    mlp_ratio: float | None = None
+    # front-end (Kaldi fbank as torchaudio.compliance.kaldi.fbank)
+    sample_rate: int = 32000  # Audio-JEPA: 32 kHz (from the dataset's attributes when training)
+    seconds: float = 10.0  # Audio-JEPA: 10 s clips (from the dataset's clip length when training)
+    mel_bins: int = 128  # Audio-JEPA: 128 mel bins
+    frames: int = 256  # Audio-JEPA: 256 frames per clip; the hop is seconds / frames (39.06 ms at 10 s)
+    window_hops: float = 2.5  # Audio-JEPA: window 2.5 hops
+    window: str = "hanning"  # Audio-JEPA: window_type hanning
+    fmin: float = 20.0  # Audio-JEPA: low_freq 20 Hz
+    fmax: float = 16000.0  # Audio-JEPA: high_freq 16 kHz (capped at the data's Nyquist frequency)
+    # masks (jepa_cli.masks.RandomConfig)
+    ratio: tuple[float, float] = (0.4, 0.6)  # Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
+    # EMA: cosine ramp over the run (Audio-JEPA's EMA callback)
+    ema: tuple[float, float] = (0.996, 1.0)
+    total_updates: int | None = None
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
+        check_field_types(self, "audio-jepa")
+        if self.sample_rate <= 0 or self.seconds <= 0:
+            raise InputError(f"sample_rate and seconds must be positive, got {self.sample_rate} and {self.seconds}")
+        if self.frames <= 0 or self.mel_bins < 3 or self.window_hops <= 0:
+            raise InputError("frames must be >= 1, mel_bins >= 3 and window_hops > 0")
+        lo, hi = self.ratio
+        if not 0.0 <= lo <= hi < 1.0:
+            raise InputError(f"ratio must be two fractions 0 <= lo <= hi < 1, got {list(self.ratio)}")
+        if len(self.ema) != 2 or not all(0.0 <= m <= 1.0 for m in self.ema):
+            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
+        if self.total_updates is not None and self.total_updates < 0:
+            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
+        if self.model not in MODEL_SIZES:
+            raise InputError(f"unknown model size {self.model!r} (choose from {', '.join(MODEL_SIZES)})")
+        self.fbank_config.check()
+        if self.fbank_config.frames(self.clip_samples) == 0:
+            raise InputError(f"a clip of {self.clip_samples} samples is shorter than one window "
+                             f"({self.fbank_config.geometry[0]} samples); use fewer frames or longer clips")
+        _ = self.model_config  # validates the model fields (patch grid, widths, heads)
+
+    @property
+    def clip_samples(self) -> int:
+        return int(round(self.seconds * self.sample_rate))
+
+    @property
+    def hop_ms(self) -> float:
+        return self.seconds * 1000.0 / self.frames
+
+    @property
+    def fbank_config(self) -> FbankConfig:
+        nyquist = self.sample_rate / 2.0
+        return FbankConfig(sample_rate=float(self.sample_rate), frame_length_ms=self.window_hops * self.hop_ms,
+                           frame_shift_ms=self.hop_ms, num_bins=self.mel_bins, low_freq=float(self.fmin),
+                           high_freq=float(min(self.fmax, nyquist)), window_type=self.window)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(model=self.model, patch_size=self.patch_size, image_size=(self.frames, self.mel_bins),
+                           channels=1, pred_depth=self.pred_depth, pred_width=self.pred_width,
+                           pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
+                           heads=self.heads, mlp_ratio=self.mlp_ratio)
+
+    @property
+    def mask_config(self):
+        from jepa_cli.masks import RandomConfig
+
+        return RandomConfig(grid=self.model_config.grid, ratio=self.ratio)
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "AudioJEPAConfig":
+        own = {f.name for f in dataclasses.fields(cls)}
+        for k in config:
+            if k not in own:
+                raise InputError(f"unknown audio-jepa option {k!r}")
+        return cls(**{k: _tuplify(v) for k, v in config.items()})
+
+    def to_dict(self) -> dict:
+        return {f.name: _listify(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+# -- the front-end ---------------------------------------------------------------------------------
+
+def log_mel(waves, config: AudioJEPAConfig):
+    """float32 waveforms [B, samples] -> log-mel spectrograms [B, frames, mel_bins, 1]: Kaldi fbank,
+    then cut or zero-padded at the end to `frames` (10 s at 32 kHz gives 254 Kaldi frames for 256; our
+    choice, as AST-style loaders pad, since the reference notes do not say, docs/audio.md)."""
+    x = fbank(waves, config.fbank_config)  # [B, m, mel]
+    m = x.shape[-2]
+    if m >= config.frames:
+        x = x[..., :config.frames, :]
+    else:
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, config.frames - m), (0, 0)])
+    return x[..., None]
+
+
+def normalise_waveform(wave: np.ndarray) -> np.ndarray:
+    """Audio-JEPA's waveform normalisation: mean removed, then divided by the peak |x| (silence stays 0)."""
+    x = np.asarray(wave, np.float32)
+    x = x - x.mean(dtype=np.float64).astype(np.float32)
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    return x / np.float32(peak) if peak > 0 else x
+
+
+def to_float(wave: np.ndarray) -> np.ndarray:
+    """Stored samples as float32 (int16 scaled by 1 / 32768)."""
+    wave = np.asarray(wave)
+    if wave.dtype == np.int16:
+        return wave.astype(np.float32) / np.float32(32768.0)
+    return wave.astype(np.float32)
+
+
+# -- the loss and the EMA ----------------------------------------------------------------------------
+
+def norm_mse(pred, target, valid=None):
+    """Audio-JEPA's norm_mse (src/models/components/loss.py): each target token standardised over its
+    features (mean, unbiased variance, eps 1e-6), prediction and target L2-normalised (floor 1e-12),
+    2 - 2 cos per token, mean over the valid tokens. pred, target [..., T, D]; valid [..., T]."""
+    pred = pred.astype(jnp.float32)
+    target = target.astype(jnp.float32)
+    d = target.shape[-1]
+    mean = jnp.mean(target, axis=-1, keepdims=True)
+    var = jnp.sum(jnp.square(target - mean), axis=-1, keepdims=True) / max(d - 1, 1)
+    target = (target - mean) / jnp.sqrt(var + NORM_EPS)
+
+    def unit(x):
+        return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), L2_FLOOR)
+
+    per_token = 2.0 - 2.0 * jnp.sum(unit(pred) * unit(target), axis=-1)
+    if valid is None:
+        return jnp.mean(per_token)
+    w = valid.astype(jnp.float32)
+    return jnp.sum(per_token * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def cosine_momentum(step, start: float, end: float, total: int | None):
+    """m(s) = end - (end - start) (cos(pi s / T) + 1) / 2, held at `end` past T (constant `start` if T is 0).
+    Update s (0-based) uses m(s), then the momentum advances: Audio-JEPA's on_train_batch_end order."""
+    s = jnp.asarray(step, jnp.float32)
+    if not total:
+        return jnp.asarray(start, jnp.float32) + 0.0 * s
+    progress = jnp.minimum(s, float(total)) / float(total)
+    return end - (end - start) * (jnp.cos(math.pi * progress) + 1.0) / 2.0
+
+
+# -- the objective ---------------------------------------------------------------------------------
+
+class AudioJEPAObjective:
+    name = "audio-jepa"
+    modalities = ("audio",)
+
+    def __init__(self, config: AudioJEPAConfig | None = None):
+        self.config = config or AudioJEPAConfig()
+        self.model_config = self.config.model_config
+        self._encoder = ModuleTemplate(self.model_config.encoder)
+        self._predictor = ModuleTemplate(self.model_config.predictor)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "AudioJEPAObjective":
+        return cls(AudioJEPAConfig.from_dict(config))
+
+    @classmethod
+    def dataset_options(cls, ds: dict) -> dict:
+        """The sample rate and clip length of an audio dataset."""
+        if ds.get("modality") != "audio":
+            return {}
+        rate = int(ds["attrs"].get("sample_rate") or 0)
+        if rate <= 0:
+            raise InputError("the audio dataset has no sample_rate attribute; ingest it again with jepa ingest")
+        return {"sample_rate": rate, "seconds": float(ds["shape"][0]) / rate}
+
+    def to_config(self) -> dict:
+        return self.config.to_dict()
+
+    def with_total_updates(self, total_updates: int) -> "AudioJEPAObjective":
+        return AudioJEPAObjective(dataclasses.replace(self.config, total_updates=int(total_updates)))
+
+    # -- parameters ------------------------------------------------------------------------
+    def init(self, key) -> dict:
+        k_enc, k_pred = jax.random.split(key)
+        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
+
+    def param_shapes(self) -> dict:
+        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
+
+    @property
+    def ema_spec(self) -> EMASpec:
+        start, end = self.config.ema
+        total = self.config.total_updates
+        return EMASpec(source="encoder", momentum=lambda step: cosine_momentum(step, start, end, total))
+
+    def weight_decay_mask(self, params):
+        """Biases and 1-D parameters are excluded (Audio-JEPA's optimizer parameter groups)."""
+        def decay(path, leaf):
+            name = getattr(path[-1], "key", getattr(path[-1], "name", None))
+            return not (name == "bias" or len(np.shape(leaf)) <= 1)
+
+        return jax.tree_util.tree_map_with_path(decay, params)
+
+    # -- training --------------------------------------------------------------------------
+    def spectrogram(self, waves):
+        return log_mel(waves, self.config)
+
+    def loss(self, params, ema, batch, key, step):
+        from jepa_cli import masks
+
+        spec = jax.lax.stop_gradient(self.spectrogram(batch["audio"]))
+        b = spec.shape[0]
+        m = masks.sample(key, self.config.mask_config, b)
+        target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
+        h = jax.lax.stop_gradient(target_encoder(spec).astype(jnp.float32))
+        h = gather_tokens(h, m.target_index)  # [B, 1, T, D]
+        encoder = self._encoder.merge(params["encoder"])
+        predictor = self._predictor.merge(params["predictor"])
+        z_ctx = encoder(spec, m.context_index, m.context_valid)  # [B, 1, K, D]
+        z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
+        value = norm_mse(z, h, m.target_valid)
+        pooled = jax.lax.stop_gradient(telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1))
+        aux = {
+            "loss": value,
+            "repr_std": telemetry.repr_std(pooled),
+            "repr_cov_offdiag": telemetry.repr_cov_offdiag(pooled),
+            "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
+            "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=(1, 2)).astype(jnp.float32)),
+        }
+        return value, aux
+
+    # -- evaluation ------------------------------------------------------------------------
+    def encode(self, encoder_params, waves, last_layers: int = 1):
+        """[B, time patches, D * last_layers]: the encoder's tokens with the frequency patches of each
+        time step mean-pooled (Audio-JEPA's downstream protocol: 16 vectors per 10 s)."""
+        enc = self._encoder.merge(encoder_params)
+        z = enc(self.spectrogram(waves), last_layers=last_layers).astype(jnp.float32)
+        gt, gf = self.model_config.grid
+        return z.reshape(z.shape[0], gt, gf, z.shape[-1]).mean(axis=2)
+
+    def _transform(self):
+        samples = self.config.clip_samples
+
+        def transform(example: dict, rng: np.random.Generator) -> dict:
+            del rng
+            from jepa_cli.data.audio import fit_length
+
+            wave = fit_length(to_float(example["audio"]), samples, "center")
+            return {**example, "audio": normalise_waveform(wave)}
+
+        return transform
+
+    def train_transform(self, image_size=None):
+        """No augmentation (none in the released code): centre crop or pad to the clip length, then
+        the waveform normalisation."""
+        return self._transform()
+
+    def eval_transform(self, image_size=None):
+        return self._transform()
