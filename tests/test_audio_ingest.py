@@ -219,5 +219,4 @@ def test_info_png_draws_spectrograms_of_the_first_clips(run_cli, sounds, tmp_pat
     assert len(set(rows.tolist())) == 1 and rows[0] > 64
     assert_user_error(run_cli("info", out, "--png", tmp_path / "s.png"), "s.png", "--force")
     run_cli("ingest", "builtin:digits", tmp_path / "d.zarr", "--limit", "4")
-    assert_user_error(run_cli("info", tmp_path / "d.zarr", "--png", tmp_path / "d.png"), "draws audio datasets")
-    assert not (tmp_path / "d.png").exists()
+    assert run_cli("info", tmp_path / "d.zarr", "--png", tmp_path / "d.png").exit_code == 0  # images: the pictures

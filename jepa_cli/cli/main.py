@@ -18,7 +18,7 @@ from jepa_cli.errors import JepaError, Terminated, raise_interrupted, raise_term
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "ingest": ("jepa_cli.cli.ingest", "Put images, video clips or arrays into a dataset directory (zarr v3)."),
+    "ingest": ("jepa_cli.cli.ingest", "Put images, video clips, audio or arrays into a dataset directory (zarr v3)."),
     "mask": ("jepa_cli.cli.mask", "Sample JEPA context/target masks; write, show, picture or summarize them."),
     "info": ("jepa_cli.cli.info", "Describe a dataset, mask file, embedding set or run."),
     "probe": ("jepa_cli.cli.probe", "Score frozen features with a linear, k-NN or attentive probe."),
