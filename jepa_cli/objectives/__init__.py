@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives.base import EMASpec, Objective
+from jepa_cli.objectives.diffusion import DiffusionObjective
+from jepa_cli.objectives.flow import FlowObjective
 from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
 
-OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective}
+OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "flow": FlowObjective, "diffusion": DiffusionObjective}
 
-__all__ = ["EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "make_objective"]
+__all__ = ["DiffusionObjective", "EMASpec", "FlowObjective", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "make_objective"]
 
 
 def make_objective(name: str, config: dict | None = None) -> Objective:
