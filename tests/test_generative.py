@@ -173,3 +173,14 @@ def test_ijepa_trainer_path_is_bit_identical_to_before():
     for _ in range(2):
         state, _ = step(state, {"image": images})
     assert params_sha256({"params": state.params, "ema": state.ema}) == IJEPA_PIN
+
+
+def test_latent_model_normalises_with_shift_and_scale_and_maps_back():
+    """[N, D] latents: (z - shift) * scale for training, z / scale + shift on output; 8 tokens of D/8."""
+    obj = make_objective("flow", dict(width=32, depth=1, heads=2, modality="latent", latent_shape=[16],
+                                      latent_shift=[1.0] * 16, latent_scale=[0.5] * 16, num_classes=0))
+    z = np.arange(16, dtype=np.float32)
+    x = obj.train_transform()({"latent": z}, None)["latent"]
+    np.testing.assert_allclose(x, (z - 1.0) * 0.5)
+    np.testing.assert_allclose(obj.to_data(x[None])[0], z)
+    assert obj.grid == (8,) and not obj.uses_labels
