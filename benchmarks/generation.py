@@ -44,6 +44,7 @@ def main() -> None:
     p.add_argument("--interval", default="0.22,0.84")
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--keep", default=None, help="Folder to keep the sample datasets in (default: a temporary one).")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 
@@ -63,16 +64,18 @@ def main() -> None:
     settings = [("no guidance", 1.0, None)]
     for w in (float(s) for s in args.scales.split(",")):
         settings += [(f"w={w:g} full", w, None), (f"w={w:g} interval {args.interval}", w, interval)]
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp())
     for i, (name, w, iv) in enumerate(settings):
         out = tmp / f"s{i}.zarr"
+        rows_name = out
         start = time.perf_counter()
         sample_run(args.run, out, n=args.n, all_classes=True, guidance_scale=w, guidance_interval=iv,
                    steps=args.steps, batch_size=250, mesh=None)
         seconds = time.perf_counter() - start
         xs, ys = features(out)
         rows.append({"setting": name, "agreement": float(probe.score(scaler.transform(xs), ys)),
-                     "fd": fd_datasets(out, args.test, args.encoder)["fd"], "seconds": round(seconds, 1)})
+                     "fd": fd_datasets(out, args.test, args.encoder)["fd"], "seconds": round(seconds, 1),
+                     "samples": str(rows_name)})
         print(json.dumps(rows[-1]), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))

@@ -94,7 +94,7 @@ class GenerativeObjective:
         """Image datasets: channels and size; latent datasets: shape, shift and scale. Both: the
         number of classes (0 without labels: an unconditional model)."""
         attrs = ds.get("attrs") or {}
-        out: dict[str, Any] = {"modality": ds["modality"], "num_classes": int(ds.get("num_classes") or 0)}
+        out: dict[str, Any] = {"num_classes": int(ds.get("num_classes") or 0)}
         if ds["modality"] == "image":
             out.update(channels=ds["channels"],
                        image_size=ds["height"] if ds["height"] == ds["width"] else [ds["height"], ds["width"]])
@@ -103,6 +103,7 @@ class GenerativeObjective:
             for key in ("latent_shift", "latent_scale"):
                 if attrs.get(key) is not None:
                     out[key] = [float(v) for v in attrs[key]]
+        out["modality"] = ds["modality"]  # last: the trainer adds these one by one, each must be valid
         return out
 
     # -- parameters ------------------------------------------------------------------------------
