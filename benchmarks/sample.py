@@ -70,15 +70,15 @@ def main() -> None:
     null = jnp.full_like(labels, obj.null_class)
 
     @jax.jit
-    def one_step(x, t, t_next):
+    def one_step(p, x, t, t_next):
         tb = jnp.full((b,), t)
-        v = guide(obj.predict(params, x, tb, labels), obj.predict(params, x, tb, null), 2.0)
+        v = guide(obj.predict(p, x, tb, labels), obj.predict(p, x, tb, null), 2.0)
         return x + (t_next - t) * v
 
     def loop():
         x = obj.prior(key, (b, *obj.sample_shape))
         for i in range(k):
-            x = one_step(x, float(times[i]), float(times[i + 1]))
+            x = one_step(params, x, float(times[i]), float(times[i + 1]))
         return x.block_until_ready()
 
     baseline = best_time(loop, args.repeats)

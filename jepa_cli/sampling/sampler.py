@@ -3,7 +3,8 @@
 Guidance (Ho & Salimans 2022) combines the conditional prediction c and the unconditional one u
 (the null class) as c + (w - 1) (c - u) = u + w (c - u), only at steps whose noise level
 (objective.guidance_level: t for flow, sigma for diffusion) lies in (lo, hi] (Kynkaanniemi et al.
-2024); elsewhere the step uses c alone, and the unconditional network pass is skipped (lax.cond).
+2024); elsewhere the step uses c alone from a pass over the batch, and the unconditional pass is skipped
+(lax.cond); inside, c and u come from one pass over the doubled batch.
 With w = 1 the combination is c + 0 (c - u) = c exactly, so scale 1 is the conditional prediction.
 
 Samplers: euler and heun integrate the probability-flow ODE dx/dtime = objective.derivative(...);
@@ -93,10 +94,14 @@ def make_sampler(objective, *, steps: int, sampler: str = "euler", eta: float = 
 
         def model(x, t):
             tb = jnp.full((b,), t, jnp.float32)
-            c = objective.predict(params, x, tb, labels)
+
+            def guided():  # one network pass over [x; x] with [labels; null]
+                both = objective.predict(params, jnp.concatenate([x, x]), jnp.concatenate([tb, tb]),
+                                         jnp.concatenate([labels, null_labels]))
+                return guide(both[:b], both[b:], scale)
+
             inside = in_interval(objective.guidance_level(t), lo, hi) & (scale != 1.0)
-            return jax.lax.cond(inside, lambda: guide(c, objective.predict(params, x, tb, null_labels), scale),
-                                lambda: c)
+            return jax.lax.cond(inside, guided, lambda: objective.predict(params, x, tb, labels))
 
         def body(x, i):
             t, t_next = times[i], times[i + 1]
