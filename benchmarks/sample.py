@@ -61,10 +61,11 @@ def main() -> None:
     b, k = args.batch_size, args.steps
     labels = jnp.arange(b, dtype=jnp.int32) % 10
     key = jax.random.key(1)
-    fn = jax.jit(make_sampler(obj, steps=k, sampler="euler"))
-    scan_full = best_time(lambda: fn(params, key, labels, 2.0, -jnp.inf, jnp.inf).block_until_ready(), args.repeats)
-    scan_interval = best_time(lambda: fn(params, key, labels, 2.0, 0.2, 0.8).block_until_ready(), args.repeats)
-    scan_plain = best_time(lambda: fn(params, key, labels, 1.0, jnp.inf, jnp.inf).block_until_ready(), args.repeats)
+    def scan(scale, interval):
+        fn = jax.jit(make_sampler(obj, steps=k, sampler="euler", scale=scale, interval=interval))
+        return best_time(lambda: fn(params, key, labels).block_until_ready(), args.repeats)
+
+    scan_full, scan_interval, scan_plain = scan(2.0, None), scan(2.0, (0.2, 0.8)), scan(1.0, None)
 
     times = obj.sampling_times(k)
     null = jnp.full_like(labels, obj.null_class)

@@ -10,7 +10,7 @@ import pytest
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import make_objective
-from jepa_cli.sampling.sampler import check_interval, ddim_step, euler_step, guide, make_sampler
+from jepa_cli.sampling.sampler import check_interval, ddim_step, euler_step, guide, guidance_plan, make_sampler
 
 TINY = dict(width=32, depth=2, heads=2, patch_size=2, image_size=8, channels=1, num_classes=10)
 
@@ -27,13 +27,27 @@ def setup():
         return jax.tree.unflatten(tree, [x + 0.05 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
 
     params = perturb(params)
-    fn = jax.jit(make_sampler(obj, steps=4, sampler="euler"))
     labels = jnp.array([1, 2, 3, 4], jnp.int32)
+    compiled = {}  # one compile per guidance plan: settings with the same plan share the program
 
-    def run(scale, lo=-jnp.inf, hi=jnp.inf):
-        return np.asarray(fn(params, jax.random.key(7), labels, jnp.float32(scale), jnp.float32(lo), jnp.float32(hi)))
+    def run(scale, lo=None, hi=None):
+        interval = None if lo is None else (lo, hi)
+        plan = (scale, tuple(guidance_plan(obj, 4, "euler", scale, interval)))
+        if plan not in compiled:
+            compiled[plan] = jax.jit(make_sampler(obj, steps=4, sampler="euler", scale=scale, interval=interval))
+        return np.asarray(compiled[plan](params, jax.random.key(7), labels))
 
     return obj, run
+
+
+def test_guidance_plan_guides_exactly_the_steps_in_the_interval(setup):
+    obj, _ = setup
+    # flow times 1, 0.75, 0.5, 0.25 (then 0): (0.4, 0.8] holds 0.75 and 0.5
+    assert guidance_plan(obj, 4, "euler", 3.0, (0.4, 0.8)) == [(0, 1, False, False, False),
+                                                                 (1, 3, True, False, False),
+                                                                 (3, 4, False, False, False)]
+    assert guidance_plan(obj, 4, "euler", 1.0, None) == [(0, 4, False, False, False)]  # scale 1: never
+    assert guidance_plan(obj, 4, "heun", 3.0, None) == [(0, 3, True, True, True), (3, 4, True, False, False)]
 
 
 def test_guidance_scale_1_is_exactly_the_conditional_prediction():
