@@ -78,7 +78,8 @@ def guidance_plan(objective, steps: int, sampler: str, scale: float, interval) -
     step needs a runtime branch (a lax.cond inside the scan halved the speed on XLA:CPU)."""
     lo, hi = check_interval(objective, interval)
     times = objective.sampling_times(steps)
-    levels = np.asarray(objective.guidance_level(jnp.asarray(times)), np.float64)
+    with jax.ensure_compile_time_eval():  # concrete even when make_sampler is called under a trace
+        levels = np.asarray(objective.guidance_level(jnp.asarray(times)), np.float64)
     guided = [bool(in_interval(v, lo, hi)) and scale != 1.0 for v in levels]
     flags = []
     for i in range(steps):
