@@ -60,15 +60,13 @@ def dataset_features(path: str | Path, run: str | Path | None = None, batch_size
 
 def encode_images(path: Path, run: str | Path, batch_size: int, on_log=None) -> np.ndarray:
     """The run's target (EMA) encoder over the images (its evaluation transform), mean-pooled."""
-    import jax
-
     from jepa_cli.evaluation.encode import _prepare, make_step, select_encoder
     from jepa_cli.training.run import load_run
 
     run = Path(run)
     if not run.is_dir():
         raise InputError(f"{run}: no such run directory")
-    config, objective, host, _step = load_run(run, None, on_fallback=lambda _s, m: (on_log or print)(m))
+    config, objective, host, _step = load_run(run, None, on_fallback=lambda _s, m: (on_log or (lambda _m: None))(m))
     if getattr(objective, "generative", False):
         raise InputError(f"{run}: objective {config.get('objective')!r} has no encoder; --run takes a JEPA run")
     params = select_encoder(objective, host, "target", run)
@@ -81,7 +79,6 @@ def encode_images(path: Path, run: str | Path, batch_size: int, on_log=None) -> 
     for a in range(0, n, bs):
         raw = store.read(inputs, slice(a, min(a + bs, n)))
         out.append(np.asarray(step(placed, _prepare(raw, transform, bs)))[:len(raw)])
-    del jax
     return np.concatenate(out).astype(np.float64)
 
 

@@ -13,7 +13,6 @@ Sampler interface (every objective that has it is "generative"):
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -211,6 +210,3 @@ def expand(v, x):
     v = jnp.asarray(v, jnp.float32)
     return v.reshape(v.shape + (1,) * (x.ndim - v.ndim)) if v.ndim else v
 
-
-def config_replace(objective, **changes):
-    return type(objective)(dataclasses.replace(objective.config, **changes))

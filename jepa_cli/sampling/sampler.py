@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jepa_cli.errors import InputError
-from jepa_cli.objectives.generative import expand
 
 SAMPLERS = ("euler", "heun", "ddim")
 
