@@ -142,3 +142,16 @@ def test_fd_refuses_different_dimensions_and_single_samples(tmp_path, run_cli):
     assert_user_error(run_cli("fd", a, b), "64-dimensional", "7")
     one = _images(tmp_path / "one.zarr", 1, labels=False)
     assert_user_error(run_cli("fd", a, one), "at least 2 samples")
+
+
+def test_classes_on_an_unconditional_model_are_refused():
+    from jepa_cli.errors import InputError
+    from jepa_cli.objectives import make_objective
+    from jepa_cli.sampling.run import resolve_labels
+
+    obj = make_objective("flow", {"num_classes": 0})
+    assert resolve_labels(obj, 5, None, False, "run") is None  # unconditional: no labels
+    with pytest.raises(InputError, match="unconditional"):
+        resolve_labels(obj, 5, None, True, "run")
+    conditional = make_objective("flow", {"num_classes": 3})
+    np.testing.assert_array_equal(resolve_labels(conditional, 4, None, False, "run"), [0, 1, 2, 0])
