@@ -6,6 +6,7 @@ import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw
 from jepa_cli.errors import JepaError
+from jepa_cli.objectives.genconfig import train_flags
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
 
@@ -22,8 +23,19 @@ def _pair(value: str | None, option: str):
     return parts
 
 
+def _generative_options(func):
+    """The flow / diffusion options that are flags: from their one declaration (objectives/genconfig.py)."""
+    for name, flag, kind, help_text in reversed(train_flags()):
+        func = click.option(flag, name, type=kind, default=None, help=help_text)(func)
+    return func
+
+
+GENERATIVE_KEYS = tuple(name for name, *_ in train_flags())
+
+
 @click.command("train")
-@click.option("--objective", default=None, help="What is learned: ijepa (default) or vjepa (video).")
+@click.option("--objective", default=None,
+              help="What is learned: ijepa (default) | vjepa (video) | audio-jepa | flow | diffusion.")
 @click.option("--data", type=click.Path(), default=None, help="Dataset directory (zarr v3, from jepa ingest).")
 @click.option("--out", type=click.Path(), default=None, help="Run directory (checkpoints, metrics.jsonl, run.json).")
 @click.option("--config", "config_path", type=click.Path(), default=None, help="TOML recipe; the command line wins.")
@@ -60,6 +72,8 @@ def _pair(value: str | None, option: str):
 @click.option("--collator-batch", type=int, default=None,
               help="With --official-truncation: the cut runs over groups of this many examples (the official "
                    "per-GPU batch, 128 in in1k_vith14); default the whole batch.")
+# generative objectives (flow, diffusion)
+@_generative_options
 # multi-process
 @click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
 @click.option("--num-processes", type=int, default=None, help="Number of processes (multi-process launch).")
@@ -84,7 +98,8 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     from jepa_cli.training.loop import Callbacks, train
 
     objective_keys = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "npred", "min_keep",
-                      "allow_overlap", "context_size", "official_positions", "official_truncation", "collator_batch")
+                      "allow_overlap", "context_size", "official_positions", "official_truncation",
+                      "collator_batch") + GENERATIVE_KEYS
     objective_config = {k: options.pop(k) for k in objective_keys}
     image_size = parse_hxw(options.pop("image_size"), "--image-size")
     if image_size is not None:

@@ -47,7 +47,9 @@ def to_pure(module: nnx.Module) -> dict:
 # How ModuleTemplate.init fills a leaf, by its name: the official I-JEPA initialisation
 # (trunc-normal(0.02) weights and mask token, zero biases, LayerNorm scale 1).
 INIT_RULES: dict[str, str] = {"kernel": "normal", "mask_token": "normal", "bias": "zeros", "scale": "ones",
-                              "mask_tokens": "zeros"}  # V-JEPA: zero-initialised mask tokens (vitl16.yaml)
+                              "mask_tokens": "zeros",  # V-JEPA: zero-initialised mask tokens (vitl16.yaml)
+                              # DiT: label table trunc-normal(0.02), adaLN-Zero / final layer zeros
+                              "embedding": "normal", "zero_kernel": "zeros", "zero_bias": "zeros"}
 
 
 FLAT_INIT_LIMIT = 1 << 24  # parameters drawn in one flat vector below this size

@@ -309,16 +309,56 @@ class Mlp(nnx.Module):
         return self.fc2(gelu(self.fc1(x)))
 
 
-class Block(nnx.Module):
-    def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs):
-        self.norm1 = _layer_norm(dim, dtype, rngs)
-        self.attn = Attention(dim, heads, dtype, rngs)
-        self.norm2 = _layer_norm(dim, dtype, rngs)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
+class ZeroLinear(nnx.Module):
+    """A Linear whose weights start at zero (leaf names `zero_kernel`/`zero_bias`, which
+    models.INIT_RULES fills with zeros): DiT's adaLN-Zero modulation and final projection."""
 
-    def __call__(self, x, key_valid=None):
-        x = x + self.attn(self.norm1(x), key_valid)
-        return x + self.mlp(self.norm2(x))
+    def __init__(self, din: int, dout: int, dtype, rngs: nnx.Rngs):
+        self.dtype = dtype
+        self.zero_kernel = nnx.Param(jnp.zeros((din, dout), jnp.float32))
+        self.zero_bias = nnx.Param(jnp.zeros((dout,), jnp.float32))
+
+    def __call__(self, x):
+        lead = x.shape[:-1]
+        y = x.reshape(-1, x.shape[-1]).astype(self.dtype) @ self.zero_kernel[...].astype(self.dtype)
+        y = y + self.zero_bias[...].astype(self.dtype)
+        return y.reshape(*lead, y.shape[-1])
+
+
+def modulate(x, shift, scale):
+    """DiT's adaLN: x * (1 + scale) + shift, with shift/scale [B, D] broadcast over tokens."""
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block. With `cond_dim` it is DiT's adaLN-Zero block (Peebles & Xie
+    2023, Sec. 3.2): the norms lose their affine parameters and a zero-initialised Linear of
+    SiLU(cond) gives shift/scale/gate for attention and MLP; without it (the JEPA encoder and
+    predictor) it is the plain block, unchanged."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs,
+                 cond_dim: int | None = None):
+        affine = cond_dim is None
+        norm = _layer_norm if affine else _plain_layer_norm
+        self.norm1 = norm(dim, dtype, rngs)
+        self.attn = Attention(dim, heads, dtype, rngs)
+        self.norm2 = norm(dim, dtype, rngs)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
+        self.modulation = None if affine else ZeroLinear(cond_dim, 6 * dim, dtype, rngs)
+
+    def __call__(self, x, key_valid=None, cond=None):
+        if self.modulation is None:
+            x = x + self.attn(self.norm1(x), key_valid)
+            return x + self.mlp(self.norm2(x))
+        s1, c1, g1, s2, c2, g2 = jnp.split(self.modulation(jax.nn.silu(cond)), 6, axis=-1)
+        x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, c1), key_valid)
+        return x + g2[:, None] * self.mlp(modulate(self.norm2(x), s2, c2))
+
+
+def _plain_layer_norm(dim, dtype, rngs):
+    """LayerNorm without scale and bias (eps 1e-6), as DiT's modulated norms."""
+    return nnx.LayerNorm(dim, epsilon=1e-6, use_scale=False, use_bias=False, dtype=dtype,
+                         param_dtype=jnp.float32, rngs=rngs)
 
 
 def gather_tokens(x, index):

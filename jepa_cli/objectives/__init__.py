@@ -5,13 +5,16 @@ from __future__ import annotations
 from jepa_cli.errors import InputError
 from jepa_cli.objectives.base import EMASpec, Objective
 from jepa_cli.objectives.audio_jepa import AudioJEPAObjective
+from jepa_cli.objectives.diffusion import DiffusionObjective
+from jepa_cli.objectives.flow import FlowObjective
 from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
 from jepa_cli.objectives.vjepa import VJEPAConfig, VJEPAObjective
 
-OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "vjepa": VJEPAObjective, "audio-jepa": AudioJEPAObjective}
+OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "vjepa": VJEPAObjective, "audio-jepa": AudioJEPAObjective,
+                               "flow": FlowObjective, "diffusion": DiffusionObjective}
 
-__all__ = ["AudioJEPAObjective", "EMASpec", "IJEPAConfig", "IJEPAObjective", "OBJECTIVES", "Objective", "VJEPAConfig",
-           "VJEPAObjective", "make_objective"]
+__all__ = ["AudioJEPAObjective", "DiffusionObjective", "EMASpec", "FlowObjective", "IJEPAConfig", "IJEPAObjective",
+           "OBJECTIVES", "Objective", "VJEPAConfig", "VJEPAObjective", "make_objective"]
 
 
 def make_objective(name: str, config: dict | None = None) -> Objective:

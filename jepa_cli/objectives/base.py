@@ -18,9 +18,10 @@ Transform = Callable[[dict, np.random.Generator], dict]
 @dataclasses.dataclass(frozen=True)
 class EMASpec:
     """The trainer keeps ``ema = params[source]`` (copied at init) and after every optimizer update
-    sets ``ema = m * ema + (1 - m) * params[source]`` with ``m = momentum(update_step)``."""
+    sets ``ema = m * ema + (1 - m) * params[source]`` with ``m = momentum(update_step)``.
+    ``source`` None averages the whole parameter tree (the generative objectives)."""
 
-    source: str
+    source: str | None
     momentum: Callable[[Any], jax.Array]
 
 

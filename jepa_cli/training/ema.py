@@ -30,7 +30,7 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
     momentum = jax.jit(spec.momentum)
     xs = np.unique(np.linspace(0, total, num=min(points, total + 1)).round().astype(int))
     schedule = [{"step": int(s), "momentum": float(momentum(int(s)))} for s in xs]
-    online = host["params"][spec.source]
+    online = host["params"] if spec.source is None else host["params"][spec.source]
     ema = host["ema"]
     modules = []
     names = sorted(online) if isinstance(online, dict) else [None]
@@ -42,7 +42,7 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
         nb = float(np.linalg.norm(vb))
         na = float(np.linalg.norm(va))
         modules.append({
-            "name": name if name is not None else spec.source,
+            "name": name if name is not None else (spec.source or "params"),
             "params": int(va.size),
             "relative_distance": float(np.linalg.norm(va - vb) / nb) if nb > 0 else (0.0 if na == 0 else float("inf")),
             "cosine": float(va @ vb / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0),

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 @dataclasses.dataclass
 class TrainState:
     params: Any  # the objective's parameters (nested dict)
-    ema: Any  # EMA of params[ema_spec.source] ({} without an EMA spec)
+    ema: Any  # EMA of params[ema_spec.source] (of all params if source is None; {} without an EMA spec)
     opt_state: Any  # optax state
     step: jnp.ndarray  # int32 scalar: optimizer updates applied
     rng: jnp.ndarray  # uint32 [2]: base key; step keys are fold_in(rng, step)
@@ -31,5 +31,10 @@ def init_state(objective, tx, seed_key: jnp.ndarray) -> TrainState:
     init_key, rng = jax.random.split(seed_key)
     params = objective.init(init_key)
     spec = getattr(objective, "ema_spec", None)
-    ema = jax.tree.map(jnp.array, params[spec.source]) if spec is not None else {}
+    ema = jax.tree.map(jnp.array, ema_source(params, spec)) if spec is not None else {}
     return TrainState(params=params, ema=ema, opt_state=tx.init(params), step=jnp.zeros([], jnp.int32), rng=rng)
+
+
+def ema_source(params, spec):
+    """The subtree the EMA averages: params[spec.source], or every parameter when source is None."""
+    return params if spec.source is None else params[spec.source]

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jepa_cli.training.state import TrainState
+from jepa_cli.training.state import TrainState, ema_source
 
 
 def make_step_fn(objective, tx: optax.GradientTransformation, lr_fn: Callable, wd_fn: Callable,
@@ -54,7 +54,7 @@ def make_step_fn(objective, tx: optax.GradientTransformation, lr_fn: Callable, w
         if spec is not None:
             m = jnp.asarray(momentum_fn(state.step), jnp.float32)
             ema = jax.tree.map(lambda e, p: (m * e + (1.0 - m) * p.astype(e.dtype)).astype(e.dtype),
-                               state.ema, params[spec.source])
+                               state.ema, ema_source(params, spec))
             metrics["ema_momentum"] = m
         else:
             ema = state.ema

@@ -1,0 +1,151 @@
+"""The options of the generative objectives (`flow`, `diffusion`), declared once.
+
+Each dataclass field is one option: its default, and (in `metadata`) its help and whether it is a
+`jepa train` flag. The same field is the TOML key in `[flow]` / `[diffusion]` and the key in
+run.json's objective_config (to_dict / from_dict), as IJEPAConfig's fields are. This module imports
+no JAX, so `jepa train --help` can list the flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import check_field_types
+
+MODALITIES = ("image", "latent")
+DTYPES = ("float32", "bfloat16")
+SCHEDULES = ("cosine", "edm")
+PREDICTIONS = ("eps", "x0", "v")
+
+
+def _opt(default, help: str, flag: bool = True, applies: tuple[str, ...] = ("flow", "diffusion")):
+    return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "applies": applies})
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerativeConfig:
+    # model: the DiT (defaults: tiny, for CPU)
+    width: int = _opt(64, "DiT width.", flag=False)
+    depth: int = _opt(4, "DiT blocks.", flag=False)
+    heads: int = _opt(4, "DiT attention heads.", flag=False)
+    mlp_ratio: float = _opt(4.0, "MLP hidden width / width.", flag=False)
+    patch_size: int = _opt(2, "Patch size in pixels (images).", flag=False)
+    image_size: int | tuple[int, int] = _opt(16, "Image size (default: the dataset's).", flag=False)
+    channels: int = _opt(1, "Image channels (default: the dataset's).", flag=False)
+    dtype: str = _opt("float32", "Compute dtype: float32 | bfloat16.", flag=False)
+    latent_tokens: int | None = _opt(None, "Tokens a [D] latent is cut into (default: the largest of 8, 4, 2, 1 "
+                                           "dividing D).")
+    # the data (filled from the dataset by dataset_options)
+    modality: str = _opt("image", "image | latent (default: the dataset's).", flag=False)
+    latent_shape: tuple[int, ...] | None = _opt(None, "[D] or [T, D] (from the dataset).", flag=False)
+    latent_shift: tuple[float, ...] | None = _opt(None, "Per-channel shift (the dataset's latent_shift).", flag=False)
+    latent_scale: tuple[float, ...] | None = _opt(None, "Per-channel scale (the dataset's latent_scale).", flag=False)
+    num_classes: int = _opt(0, "Classes (0: unconditional; default: the dataset's).", flag=False)
+    # training
+    cond_drop: float = _opt(0.1, "Probability of dropping the label to the null class (classifier-free guidance).")
+    ema_decay: float = _opt(0.9999, "Constant EMA decay of the whole parameter tree.")
+    ema_power: float | None = _opt(None, "EDM2 power-function EMA profile gamma: decay (1 - 1/t)^(gamma + 1) "
+                                         "at update t (wins over --ema-decay).")
+    # flow matching
+    logit_mean: float = _opt(0.0, "Logit-normal t: mean (SD3).", applies=("flow",))
+    logit_std: float = _opt(1.0, "Logit-normal t: std (SD3).", applies=("flow",))
+    flow_shift: float = _opt(1.0, "Resolution shift s: t' = s t / (1 + (s - 1) t) (SD3).", applies=("flow",))
+    # diffusion
+    schedule: str = _opt("cosine", "cosine (continuous VP) | edm (Karras et al. 2022).", applies=("diffusion",))
+    prediction: str | None = _opt(None, "eps | x0 | v for the cosine schedule (default v); edm predicts its "
+                                        "preconditioned F.", applies=("diffusion",))
+    min_snr_gamma: float | None = _opt(None, "Min-SNR-gamma weighting of the x0 loss (Hang et al. 2023), "
+                                             "converted into the prediction's space.", applies=("diffusion",))
+    p_mean: float = _opt(-0.4, "EDM log-normal sigma: mean (EDM2).", applies=("diffusion",))
+    p_std: float = _opt(1.0, "EDM log-normal sigma: std (EDM2).", applies=("diffusion",))
+    sigma_data: float = _opt(0.5, "EDM sigma_data.", applies=("diffusion",))
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, tuple(v))
+        check_field_types(self, self.owner)
+        if self.modality not in MODALITIES:
+            raise InputError(f"{self.owner} option modality must be one of {', '.join(MODALITIES)}, got {self.modality!r}")
+        if self.dtype not in DTYPES:
+            raise InputError(f"unknown dtype {self.dtype!r} (choose from {', '.join(DTYPES)})")
+        if min(self.width, self.depth, self.heads, self.patch_size, self.channels) <= 0 or self.num_classes < 0:
+            raise InputError(f"{self.owner}: width, depth, heads, patch_size, channels must be positive")
+        if self.width % self.heads or self.width % 4:
+            raise InputError(f"width {self.width} must be divisible by 4 and by {self.heads} heads")
+        if not 0.0 <= self.cond_drop <= 1.0:
+            raise InputError(f"cond_drop must be in [0, 1], got {self.cond_drop}")
+        if not 0.0 <= self.ema_decay <= 1.0:
+            raise InputError(f"ema_decay must be in [0, 1], got {self.ema_decay}")
+        if self.ema_power is not None and self.ema_power <= -1:
+            raise InputError(f"ema_power must be > -1, got {self.ema_power}")
+        if self.logit_std <= 0 or self.flow_shift <= 0:
+            raise InputError("logit_std and flow_shift must be > 0")
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"unknown schedule {self.schedule!r} (choose from {', '.join(SCHEDULES)})")
+        if self.prediction is not None:
+            if self.prediction not in PREDICTIONS:
+                raise InputError(f"unknown prediction {self.prediction!r} (choose from {', '.join(PREDICTIONS)})")
+            if self.schedule == "edm":
+                raise InputError("prediction applies to the cosine schedule; edm predicts its preconditioned F")
+        if self.min_snr_gamma is not None and self.min_snr_gamma <= 0:
+            raise InputError(f"min_snr_gamma must be > 0, got {self.min_snr_gamma}")
+        if self.p_std <= 0 or self.sigma_data <= 0:
+            raise InputError("p_std and sigma_data must be > 0")
+        if self.modality == "image":
+            h, w = (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
+            if h % self.patch_size or w % self.patch_size:
+                raise InputError(f"image size {h}x{w} is not divisible by the patch size {self.patch_size}")
+        else:
+            if self.latent_shape is None or len(self.latent_shape) not in (1, 2):
+                raise InputError(f"{self.owner}: a latent model needs latent_shape [D] or [T, D] (from the dataset)")
+            d = self.latent_shape[-1]
+            for name in ("latent_shift", "latent_scale"):
+                v = getattr(self, name)
+                if v is not None and len(v) != d:
+                    raise InputError(f"{name} needs {d} values, got {len(v)}")
+            if self.latent_tokens is not None and (self.latent_tokens <= 0 or d % self.latent_tokens):
+                raise InputError(f"latent_tokens must divide the latent width {d}, got {self.latent_tokens}")
+
+    owner = "generative"
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "GenerativeConfig":
+        own = {f.name: f for f in dataclasses.fields(cls)}
+        for k in config:
+            if k not in own or cls.owner not in own[k].metadata["applies"]:
+                raise InputError(f"unknown {cls.owner} option {k!r}")
+        return cls(**config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self) if self.owner in f.metadata["applies"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowConfig(GenerativeConfig):
+    owner = "flow"
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffusionConfig(GenerativeConfig):
+    owner = "diffusion"
+
+
+def train_flags() -> list[tuple[str, str, Any, str]]:
+    """(field name, --flag, python type, help) of every option that is a `jepa train` flag."""
+    import typing
+
+    hints = typing.get_type_hints(GenerativeConfig)
+    out = []
+    for f in dataclasses.fields(GenerativeConfig):
+        if not f.metadata["flag"]:
+            continue
+        hint = hints[f.name]
+        base = next((t for t in (int, float, str) if t is hint or t in typing.get_args(hint)), str)
+        which = "/".join(f.metadata["applies"])
+        out.append((f.name, "--" + f.name.replace("_", "-"), base, f"{f.metadata['help']} [{which}]"))
+    return out

@@ -1,0 +1,178 @@
+"""`jepa sample`: a generative run's checkpoint -> a dataset of samples (docs/formats.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from jepa_cli.data import store
+from jepa_cli.errors import InputError
+
+WEIGHTS = ("ema", "online")
+
+
+def resolve_labels(objective, n: int, classes: list[int] | None, all_classes: bool, run_dir) -> np.ndarray | None:
+    """The label of every sample: n per class for --class C... or --classes all; without either,
+    n samples cycling over the classes (none for an unconditional model: None)."""
+    k = objective.config.num_classes
+    if n < 1:
+        raise InputError(f"-n must be >= 1, got {n}")
+    if (classes or all_classes) and k == 0:
+        raise InputError(f"{run_dir}: the model is unconditional (trained without labels); drop --class/--classes")
+    if classes and all_classes:
+        raise InputError("give --class or --classes all, not both")
+    if all_classes:
+        classes = list(range(k))
+    if classes:
+        bad = [c for c in classes if not 0 <= c < k]
+        if bad:
+            raise InputError(f"class {bad[0]} is not one the model knows (0..{k - 1})")
+        return np.repeat(np.asarray(classes, np.int32), n)
+    if k == 0:
+        return None
+    return (np.arange(n) % k).astype(np.int32)
+
+
+def _class_names(record: dict, k: int) -> list[str]:
+    data = (record.get("config") or {}).get("data")
+    try:
+        names = list(store.read_attributes(data).get("class_names") or []) if data else []
+    except InputError:
+        names = []
+    return names if len(names) == k else [str(i) for i in range(k)]
+
+
+def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list[int] | None = None,
+               all_classes: bool = False, guidance_scale: float = 1.0, guidance_interval=None,
+               sampler: str = "euler", steps: int = 32, eta: float = 0.0, seed: int = 0, step: int | None = None,
+               weights: str = "ema", batch_size: int = 64, mesh: str | None = "data=-1,fsdp=1", force: bool = False,
+               png: str | Path | None = None, on_progress: Callable[[int], None] | None = None,
+               on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Samples RUN into the dataset `output`; returns a summary. Everything is checked before
+    anything is written."""
+    log = on_log or (lambda message: None)
+    from jepa_cli.sampling.sampler import SAMPLERS, check_interval
+    from jepa_cli.training.run import load_run, params_sha256, read_run
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    if weights not in WEIGHTS:
+        raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if sampler not in SAMPLERS:
+        raise InputError(f"unknown sampler {sampler!r} (choose from {', '.join(SAMPLERS)})")
+    if not (np.isfinite(guidance_scale) and guidance_scale >= 0):
+        raise InputError(f"--guidance-scale must be a number >= 0, got {guidance_scale}")
+    if batch_size < 1 or steps < 1:
+        raise InputError("--batch-size and --steps must be >= 1")
+    store.check_output(output, force, "dataset", [run_dir])
+    if png is not None:
+        store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
+    record = read_run(run_dir)
+    name = (record.get("config") or {}).get("objective")
+    from jepa_cli.objectives import OBJECTIVES
+
+    if not getattr(OBJECTIVES.get(name), "generative", False):
+        raise InputError(f"{run_dir}: objective {name!r} is not generative; sample a flow or diffusion run")
+    config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback=lambda _s, message: log(message))
+    labels = resolve_labels(objective, n, classes, all_classes, run_dir)
+    lo_hi = check_interval(objective, guidance_interval)
+    if guidance_scale != 1.0 and objective.config.num_classes == 0:
+        raise InputError(f"{run_dir}: the model is unconditional; --guidance-scale needs a class-conditional run")
+    from jepa_cli.sampling.sampler import make_sampler
+
+    make_sampler(objective, steps=steps, sampler=sampler, eta=eta)  # refuses a sampler the schedule lacks
+    if png is not None and objective.config.modality != "image":
+        raise InputError("--png draws image samples; this run samples latents")
+    params = host["ema"] if weights == "ema" else host["params"]
+    mesh_obj = None
+    if mesh:
+        from jepa_cli.training.mesh import make_mesh
+
+        mesh_obj = make_mesh(mesh)
+    from jepa_cli.sampling.sampler import sample_batches
+
+    y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
+    x = sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
+                       interval=guidance_interval, seed=seed, batch_size=batch_size, mesh=mesh_obj,
+                       on_progress=on_progress)
+    data = objective.to_data(x)
+    c = objective.config
+    sampling = {"n": n, "classes": sorted(set(labels.tolist())) if labels is not None else None,
+                "guidance_scale": guidance_scale,
+                "guidance_interval": None if guidance_interval is None else list(lo_hi), "sampler": sampler,
+                "steps": steps, "eta": eta, "seed": seed, "weights": weights, "batch_size": batch_size}
+    provenance = {"run": str(run_dir.resolve()), "step": ckpt_step, "objective": name,
+                  "model": json.loads(json.dumps(objective.to_config(), default=str)),
+                  "params_sha256": params_sha256(params)}
+    k = c.num_classes
+    extra: dict[str, Any] = {}
+    if c.modality == "image":
+        extra["layout"] = "NHWC"
+    else:
+        shift, scale = objective._latent_norm()
+        extra.update(layout="ND" if len(objective.sample_shape) == 1 else "NTD",
+                     latent_shift=[float(v) for v in shift], latent_scale=[float(v) for v in scale])
+    attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),
+                                  source=f"jepa sample {run_dir}", split=None, num_samples=int(len(data)),
+                                  sampling=sampling, provenance=provenance, **extra)
+    with store.atomic_directory(output, force, "dataset", [run_dir], log) as tmp:
+        store.write_array(tmp / "inputs", data)
+        if labels is not None:
+            store.write_array(tmp / "labels", labels.astype(np.int32))
+        store.write_group(tmp, attrs)
+        if png is not None:
+            write_grid(png, data, labels, force)
+    out = {"output": str(output), "num_samples": int(len(data)), "shape": list(data.shape),
+           "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
+    if png is not None:
+        out["png"] = str(png)
+    return out
+
+
+def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 10, cell: int = 32) -> np.ndarray:
+    """uint8 [H, W, 3]: one row per class (its first `per_row` samples), or rows of `per_row`."""
+    from PIL import Image
+
+    if labels is None:
+        labels = np.zeros(len(images), np.int32)
+    rows = []
+    for k in sorted(set(labels.tolist())):
+        idx = np.flatnonzero(labels == k)[:per_row]
+        tiles = []
+        for i in idx:
+            img = images[i]
+            img = np.repeat(img, 3, axis=-1) if img.shape[-1] == 1 else img
+            tiles.append(np.asarray(Image.fromarray(img).resize((cell, cell), Image.NEAREST)))
+        while len(tiles) < per_row:
+            tiles.append(np.full((cell, cell, 3), 255, np.uint8))
+        row = np.concatenate([np.pad(t, ((2, 2), (2, 2), (0, 0)), constant_values=255) for t in tiles], axis=1)
+        rows.append(row)
+    return np.concatenate(rows, axis=0)
+
+
+def write_grid(path, data: np.ndarray, labels, force: bool) -> None:
+    """A PNG grid of image samples, one row per class (written atomically, store.write_file)."""
+    from PIL import Image
+
+    if data.dtype != np.uint8 or data.ndim != 4:
+        raise InputError("--png draws image samples; this run samples latents")
+    buffer = io.BytesIO()
+    Image.fromarray(grid_picture(data, labels)).save(buffer, format="PNG")
+    store.write_file(path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+
+
+def ascii_preview(data: np.ndarray, labels, count: int = 4) -> str:
+    """A few image samples as shaded characters (terminal preview)."""
+    shades = " .:-=+*#%@"
+    out = []
+    for i in range(min(count, len(data))):
+        img = data[i].astype(np.float32).mean(axis=-1)
+        head = f"sample {i}" + (f" (class {int(labels[i])})" if labels is not None else "")
+        lines = ["".join(shades[int(v / 256 * len(shades))] * 2 for v in row) for row in img]
+        out.append("\n".join([head, *lines]))
+    return "\n\n".join(out)

@@ -1,0 +1,157 @@
+"""`jepa train --objective flow`, `jepa sample` and `jepa fd` end to end on a tiny labelled dataset
+(one short run shared by the module), and their refusals."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+import scipy.linalg
+from conftest import assert_user_error
+
+from jepa_cli.data import store
+from jepa_cli.evaluation.fd import frechet_distance
+
+RECIPE = """objective = "flow"
+lr = 1e-3
+start_lr = 1e-3
+final_lr = 1e-3
+warmup_steps = 0
+wd = 0.0
+final_wd = 0.0
+[flow]
+width = 32
+depth = 1
+heads = 2
+patch_size = 4
+ema_decay = 0.75
+"""
+
+
+def _images(path, n, labels=True, seed=0):
+    rng = np.random.default_rng(seed)
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC",
+                                                  class_names=["a", "b", "c"] if labels else []))
+    store.write_array(path / "inputs", rng.integers(0, 256, (n, 8, 8, 1), dtype=np.uint8))
+    if labels:
+        store.write_array(path / "labels", (np.arange(n) % 3).astype(np.int32))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from jepa_cli.cli.main import cli
+
+    d = tmp_path_factory.mktemp("gen")
+    data = _images(d / "d.zarr", 24)
+    (d / "flow.toml").write_text(RECIPE)
+    result = CliRunner().invoke(cli, ["train", "--config", str(d / "flow.toml"), "--data", str(data), "--out",
+                                      str(d / "run"), "--steps", "1", "--batch-size", "8", "--mesh", "data=2",
+                                      "--cond-drop", "0.2", "--json", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return d, data, d / "run"
+
+
+def test_train_takes_classes_and_options_from_one_declaration(trained):
+    d, _, run = trained
+    record = json.loads((run / "run.json").read_text())
+    oc = record["config"]["objective_config"]
+    assert (oc["num_classes"], oc["image_size"], oc["channels"], oc["modality"]) == (3, 8, 1, "image")
+    assert (oc["cond_drop"], oc["ema_decay"], oc["flow_shift"]) == (0.2, 0.75, 1.0)  # flag, recipe, default
+
+
+def test_ema_averages_every_parameter(trained):
+    """After one update: ema = 0.75 params_0 + 0.25 params_1 (init_state's init key is split(seed)[0])."""
+    from jepa_cli.training.run import load_run
+
+    _, _, run = trained
+    _, obj, host, step = load_run(run)
+    p0 = obj.init(jax.random.split(jax.random.PRNGKey(0))[0])
+    assert step == 1
+    jax.tree.map(lambda e, a, b: np.testing.assert_allclose(e, 0.75 * np.asarray(a) + 0.25 * b, atol=1e-6),
+                 host["ema"], p0, host["params"])
+
+
+def test_sample_writes_a_labelled_uint8_dataset_with_its_parameters(trained, run_cli):
+    d, _, run = trained
+    out = d / "s.zarr"
+    r = run_cli("sample", run, "-n", "3", "--class", "2", "--class", "0", "-o", out, "--guidance-scale", "2",
+                "--guidance-interval", "0.2,0.9", "--steps", "3", "--batch-size", "4", "--mesh", "data=2",
+                "--png", d / "s.png", "--json", "-q")
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["num_samples"] == 6 and summary["shape"] == [6, 8, 8, 1]
+    attrs = store.read_attributes(out)
+    assert attrs["modality"] == "image" and attrs["class_names"] == ["a", "b", "c"]
+    assert attrs["sampling"]["guidance_interval"] == [0.2, 0.9] and attrs["sampling"]["steps"] == 3
+    assert attrs["provenance"]["step"] == 1 and attrs["provenance"]["objective"] == "flow"
+    assert store.read_array(out / "inputs").dtype == np.uint8
+    np.testing.assert_array_equal(store.read_array(out / "labels"), [2, 2, 2, 0, 0, 0])
+    assert (d / "s.png").read_bytes().startswith(store.PNG_MAGIC)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--class", "3"), "class 3 is not one the model knows"),
+    (("--guidance-interval", "0.8,0.2"), "LO <= HI"),
+    (("--guidance-interval", "0.1,2"), "outside the flow noise levels"),
+    (("--sampler", "ddim", "--eta", "-1", "--classes", "everything"), "--classes"),
+])
+def test_sample_refusals_are_one_line_and_write_nothing(trained, run_cli, args, fragment):
+    d, _, run = trained
+    r = run_cli("sample", run, "-n", "2", "-o", d / "bad.zarr", "--steps", "2", *args)
+    assert_user_error(r, fragment)
+    assert not (d / "bad.zarr").exists()
+
+
+def test_sampling_a_jepa_run_is_refused(tmp_path, run_cli):
+    run = tmp_path / "ijepa"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"config": {"objective": "ijepa"}, "lengths": {"steps": 1}}))
+    assert_user_error(run_cli("sample", run, "-o", tmp_path / "s.zarr"), "'ijepa' is not generative")
+
+
+def test_fd_of_a_set_with_itself_is_zero(trained, run_cli):
+    _, data, _ = trained
+    r = run_cli("fd", data, data, "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["n_a"] == 24 and out["dim"] == 64 and abs(out["fd"]) < 1e-9
+
+
+def test_fd_matches_scipy_on_gaussians_with_known_covariance():
+    """Heusel et al. 2017: |mu_a - mu_b|^2 + tr(S_a + S_b - 2 sqrtm(S_a S_b)), against scipy.linalg.sqrtm."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
+    cov_a, cov_b = a @ a.T + 0.1 * np.eye(5), b @ b.T + 0.1 * np.eye(5)
+    mu_a, mu_b = rng.standard_normal(5), rng.standard_normal(5)
+    expected = np.sum((mu_a - mu_b) ** 2) + np.trace(cov_a + cov_b - 2 * scipy.linalg.sqrtm(cov_a @ cov_b).real)
+    assert frechet_distance(mu_a, cov_a, mu_b, cov_b) == pytest.approx(expected, rel=1e-9)
+    # the same cov: only the means differ
+    assert frechet_distance(mu_a, cov_a, mu_b, cov_a) == pytest.approx(np.sum((mu_a - mu_b) ** 2), rel=1e-9)
+
+
+def test_fd_refuses_different_dimensions_and_single_samples(tmp_path, run_cli):
+    a = _images(tmp_path / "a.zarr", 4)
+    b = tmp_path / "b.zarr"
+    store.write_group(b, store.base_attributes("dataset", modality="latent", layout="ND", class_names=[]))
+    store.write_array(b / "inputs", np.zeros((4, 7), np.float32))
+    assert_user_error(run_cli("fd", a, b), "64-dimensional", "7")
+    one = _images(tmp_path / "one.zarr", 1, labels=False)
+    assert_user_error(run_cli("fd", a, one), "at least 2 samples")
+
+
+def test_classes_on_an_unconditional_model_are_refused():
+    from jepa_cli.errors import InputError
+    from jepa_cli.objectives import make_objective
+    from jepa_cli.sampling.run import resolve_labels
+
+    obj = make_objective("flow", {"num_classes": 0})
+    assert resolve_labels(obj, 5, None, False, "run") is None  # unconditional: no labels
+    with pytest.raises(InputError, match="unconditional"):
+        resolve_labels(obj, 5, None, True, "run")
+    conditional = make_objective("flow", {"num_classes": 3})
+    np.testing.assert_array_equal(resolve_labels(conditional, 4, None, False, "run"), [0, 1, 2, 0])
