@@ -23,7 +23,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig, ModuleTemplate
 from jepa_cli.models.vit import MODEL_SIZES, gather_tokens
 from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec
+from jepa_cli.objectives.base import EMASpec, decay_matrices_only
 
 NORM_EPS = 1e-6  # Audio-JEPA src/models/components/loss.py: target standardisation eps
 L2_FLOOR = 1e-12  # torch.nn.functional.normalize's default eps
@@ -242,11 +242,7 @@ class AudioJEPAObjective:
 
     def weight_decay_mask(self, params):
         """Biases and 1-D parameters are excluded (Audio-JEPA's optimizer parameter groups)."""
-        def decay(path, leaf):
-            name = getattr(path[-1], "key", getattr(path[-1], "name", None))
-            return not (name == "bias" or len(np.shape(leaf)) <= 1)
-
-        return jax.tree_util.tree_map_with_path(decay, params)
+        return decay_matrices_only(params)
 
     # -- training --------------------------------------------------------------------------
     def spectrogram(self, waves):

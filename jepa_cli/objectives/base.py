@@ -47,3 +47,14 @@ class Objective(Protocol):
     def encode(self, encoder_params: Params, images: jax.Array, last_layers: int = 1) -> jax.Array: ...
 
     def weight_decay_mask(self, params: Params) -> Any: ...
+
+
+def decay_matrices_only(params: Params, excluded: tuple[str, ...] = ("bias",)) -> Any:
+    """The official JEPA codes' AdamW parameter groups as a pytree of bools: True (decayed) for
+    every leaf but biases (leaves named in `excluded`) and 1-D leaves (LayerNorm scales); the
+    mask tokens, which are 3-D, are decayed as in the official code."""
+    def decay(path, leaf):
+        name = getattr(path[-1], "key", getattr(path[-1], "name", None))
+        return not (name in excluded or len(np.shape(leaf)) <= 1)
+
+    return jax.tree_util.tree_map_with_path(decay, params)

@@ -23,7 +23,7 @@ from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.vit import DTYPES
-from jepa_cli.objectives.base import EMASpec
+from jepa_cli.objectives.base import EMASpec, decay_matrices_only
 from jepa_cli.objectives.genconfig import GenerativeConfig
 
 
@@ -116,11 +116,7 @@ class GenerativeObjective:
 
     def weight_decay_mask(self, params):
         """Decay matrices only: not biases, norms or 1-D leaves."""
-        def decay(path, leaf):
-            name = getattr(path[-1], "key", None)
-            return not (name in ("bias", "zero_bias") or len(np.shape(leaf)) <= 1)
-
-        return jax.tree_util.tree_map_with_path(decay, params)
+        return decay_matrices_only(params, ("bias", "zero_bias"))
 
     # -- data ----------------------------------------------------------------------------------
     @property

@@ -12,7 +12,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
@@ -20,7 +19,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig, ModuleTemplate
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec
+from jepa_cli.objectives.base import EMASpec, decay_matrices_only
 
 LOSSES = ("smooth_l1", "l2", "l1")
 
@@ -212,12 +211,7 @@ class IJEPAObjective:
 
     def weight_decay_mask(self, params):
         """True where AdamW decays: not biases, not 1-D leaves (LayerNorm); the mask token is."""
-        def decay(path, leaf):
-            last = path[-1]
-            name = getattr(last, "key", getattr(last, "name", None))
-            return not (name == "bias" or len(np.shape(leaf)) <= 1)
-
-        return jax.tree_util.tree_map_with_path(decay, params)
+        return decay_matrices_only(params)
 
     # -- training --------------------------------------------------------------------------
     def sample_masks(self, key, batch_size: int):

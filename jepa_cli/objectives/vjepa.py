@@ -25,7 +25,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.vit import VideoModelConfig, gather_tokens
 from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec
+from jepa_cli.objectives.base import EMASpec, decay_matrices_only
 from jepa_cli.objectives.ijepa import layer_norm_no_affine, _listify, _tuplify, ema_momentum
 
 # multiblock3d options the objective sets itself from the model (the token grid)
@@ -198,11 +198,7 @@ class VJEPAObjective:
 
     def weight_decay_mask(self, params):
         """True where AdamW decays: not biases, not 1-D leaves (app/vjepa/utils.py param groups)."""
-        def decay(path, leaf):
-            name = getattr(path[-1], "key", getattr(path[-1], "name", None))
-            return not (name == "bias" or len(np.shape(leaf)) <= 1)
-
-        return jax.tree_util.tree_map_with_path(decay, params)
+        return decay_matrices_only(params)
 
     # -- training --------------------------------------------------------------------------
     def sample_masks(self, key, batch_size: int):
