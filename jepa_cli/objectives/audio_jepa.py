@@ -23,7 +23,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig, ModuleTemplate
 from jepa_cli.models.vit import MODEL_SIZES, gather_tokens
 from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec, decay_matrices_only
+from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 
 NORM_EPS = 1e-6  # Audio-JEPA src/models/components/loss.py: target standardisation eps
 L2_FLOOR = 1e-12  # torch.nn.functional.normalize's default eps
@@ -196,7 +196,7 @@ def cosine_momentum(step, start: float, end: float, total: int | None):
 
 # -- the objective ---------------------------------------------------------------------------------
 
-class AudioJEPAObjective:
+class AudioJEPAObjective(EncoderPredictorObjective):
     name = "audio-jepa"
     modalities = ("audio",)
 
@@ -220,29 +220,16 @@ class AudioJEPAObjective:
             raise InputError("the audio dataset has no sample_rate attribute; ingest it again with jepa ingest")
         return {"sample_rate": rate, "seconds": float(ds["shape"][0]) / rate}
 
-    def to_config(self) -> dict:
-        return self.config.to_dict()
-
     def with_total_updates(self, total_updates: int) -> "AudioJEPAObjective":
         return AudioJEPAObjective(dataclasses.replace(self.config, total_updates=int(total_updates)))
 
     # -- parameters ------------------------------------------------------------------------
-    def init(self, key) -> dict:
-        k_enc, k_pred = jax.random.split(key)
-        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
-
-    def param_shapes(self) -> dict:
-        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
-
     @property
     def ema_spec(self) -> EMASpec:
         start, end = self.config.ema
         total = self.config.total_updates
         return EMASpec(source="encoder", momentum=lambda step: cosine_momentum(step, start, end, total))
 
-    def weight_decay_mask(self, params):
-        """Biases and 1-D parameters are excluded (Audio-JEPA's optimizer parameter groups)."""
-        return decay_matrices_only(params)
 
     # -- training --------------------------------------------------------------------------
     def spectrogram(self, waves):

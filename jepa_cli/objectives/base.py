@@ -58,3 +58,36 @@ def decay_matrices_only(params: Params, excluded: tuple[str, ...] = ("bias",)) -
         return not (name in excluded or len(np.shape(leaf)) <= 1)
 
     return jax.tree_util.tree_map_with_path(decay, params)
+
+
+class EncoderPredictorObjective:
+    """What the JEPA objectives (I-JEPA, V-JEPA, Audio-JEPA) share: params {"encoder", "predictor"}
+    from the subclass's two ModuleTemplates (`_encoder`, `_predictor`), the options' round trip
+    through `config` (a dataclass with to_dict and a total_updates field), and the official
+    weight-decay groups."""
+
+    config: Any
+
+    def to_config(self) -> dict:
+        return self.config.to_dict()
+
+    def with_total_updates(self, total_updates: float):
+        return type(self)(dataclasses.replace(self.config, total_updates=total_updates))
+
+    def init(self, key) -> Params:
+        k_enc, k_pred = jax.random.split(key)
+        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
+
+    def param_shapes(self) -> Params:
+        """{"encoder", "predictor"} of jax.ShapeDtypeStruct, without allocating anything."""
+        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
+
+    def encoder(self, encoder_params: Params):
+        return self._encoder.merge(encoder_params)
+
+    def predictor(self, predictor_params: Params):
+        return self._predictor.merge(predictor_params)
+
+    def weight_decay_mask(self, params: Params) -> Any:
+        """True where AdamW decays: not biases, not 1-D leaves; the mask tokens are."""
+        return decay_matrices_only(params)

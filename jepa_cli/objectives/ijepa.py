@@ -19,7 +19,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig, ModuleTemplate
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec, decay_matrices_only
+from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 
 LOSSES = ("smooth_l1", "l2", "l1")
 
@@ -168,7 +168,7 @@ def ema_momentum(step, ema0: float, ema1: float, total: float | None):
     return jnp.minimum(m, ema1) if ema1 >= ema0 else jnp.maximum(m, ema1)
 
 
-class IJEPAObjective:
+class IJEPAObjective(EncoderPredictorObjective):
     name = "ijepa"
 
     def __init__(self, config: IJEPAConfig | None = None):
@@ -182,36 +182,13 @@ class IJEPAObjective:
     def from_config(cls, config: dict) -> "IJEPAObjective":
         return cls(IJEPAConfig.from_dict(config))
 
-    def to_config(self) -> dict:
-        return self.config.to_dict()
-
-    def with_total_updates(self, total_updates: float) -> "IJEPAObjective":
-        return IJEPAObjective(dataclasses.replace(self.config, total_updates=total_updates))
-
     # -- parameters ------------------------------------------------------------------------
-    def init(self, key) -> dict:
-        k_enc, k_pred = jax.random.split(key)
-        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
-
-    def param_shapes(self) -> dict:
-        """{"encoder", "predictor"} of jax.ShapeDtypeStruct, without allocating anything."""
-        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
-
-    def encoder(self, encoder_params: dict):
-        return self._encoder.merge(encoder_params)
-
-    def predictor(self, predictor_params: dict):
-        return self._predictor.merge(predictor_params)
-
     @property
     def ema_spec(self) -> EMASpec:
         ema0, ema1 = self.config.ema
         total = self.config.total_updates
         return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
 
-    def weight_decay_mask(self, params):
-        """True where AdamW decays: not biases, not 1-D leaves (LayerNorm); the mask token is."""
-        return decay_matrices_only(params)
 
     # -- training --------------------------------------------------------------------------
     def sample_masks(self, key, batch_size: int):

@@ -25,7 +25,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.vit import VideoModelConfig, gather_tokens
 from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec, decay_matrices_only
+from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa import layer_norm_no_affine, _listify, _tuplify, ema_momentum
 
 # multiblock3d options the objective sets itself from the model (the token grid)
@@ -139,7 +139,7 @@ def l1_pair_loss(pred, target, valid, p: float = 1.0):
     return jnp.mean(per_type)
 
 
-class VJEPAObjective:
+class VJEPAObjective(EncoderPredictorObjective):
     name = "vjepa"
     modalities = ("video",)
 
@@ -170,35 +170,13 @@ class VJEPAObjective:
         t, h, w, c = ds["shape"]
         return {"num_frames": t, "channels": c, "image_size": h if h == w else [h, w]}
 
-    def to_config(self) -> dict:
-        return self.config.to_dict()
-
-    def with_total_updates(self, total_updates: float) -> "VJEPAObjective":
-        return VJEPAObjective(dataclasses.replace(self.config, total_updates=total_updates))
-
     # -- parameters ------------------------------------------------------------------------
-    def init(self, key) -> dict:
-        k_enc, k_pred = jax.random.split(key)
-        return {"encoder": self._encoder.init(k_enc), "predictor": self._predictor.init(k_pred)}
-
-    def param_shapes(self) -> dict:
-        return {"encoder": self._encoder.shapes(), "predictor": self._predictor.shapes()}
-
-    def encoder(self, encoder_params: dict):
-        return self._encoder.merge(encoder_params)
-
-    def predictor(self, predictor_params: dict):
-        return self._predictor.merge(predictor_params)
-
     @property
     def ema_spec(self) -> EMASpec:
         ema0, ema1 = self.config.ema
         total = self.config.total_updates
         return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
 
-    def weight_decay_mask(self, params):
-        """True where AdamW decays: not biases, not 1-D leaves (app/vjepa/utils.py param groups)."""
-        return decay_matrices_only(params)
 
     # -- training --------------------------------------------------------------------------
     def sample_masks(self, key, batch_size: int):
