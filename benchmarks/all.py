@@ -60,9 +60,12 @@ def collect(args) -> list[dict]:
                  "baseline_name": "the step's img/s", "ratio": pipe["vs_step"], "target": ">= 5x",
                  "met": pipe["vs_step"] >= 5})
     comp = _run("compile.py", *(["--model", "tiny", "--image-size", "64", "--patch-size", "8"] if args.quick else []))
-    rows.append({"figure": f"first step ViT-{comp['model']} s (cold cache)", "ours": comp["cold_s"],
-                 "baseline": comp["warm_s"], "baseline_name": "warm cache s", "ratio": comp["cold_over_warm"],
-                 "target": "cold < 30 s", "met": comp["cold_s"] < 30})
+    rows.append({"figure": f"first step ViT-{comp['model']} --scan-layers, s (cold cache)", "ours": comp["scan_cold_s"],
+                 "baseline": comp["unrolled_cold_s"], "baseline_name": "unrolled, cold s",
+                 "ratio": comp["scan_vs_unrolled_cold"], "target": "cold < 30 s", "met": comp["scan_cold_s"] < 30})
+    rows.append({"figure": f"first step ViT-{comp['model']} --scan-layers, s (warm cache)", "ours": comp["scan_warm_s"],
+                 "baseline": comp["scan_cold_s"], "baseline_name": "cold cache s",
+                 "ratio": comp["scan_cold_s"] / comp["scan_warm_s"], "target": "a few s", "met": None})
     enc = _run("encode.py", "--models", "tiny", "--no-probes", "--images", "64" if args.quick else "128")
     for r in enc["encode"]:
         rows.append({"figure": f"encode-latents {r['model']} img/s (224 px)", "ours": r["encode_images_per_s"],

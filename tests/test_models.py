@@ -278,3 +278,65 @@ def test_bfloat16_loss_is_within_a_thousandth_of_the_float32_loss():
         losses[dtype] = float(objective.loss(params, params["encoder"], batch, jax.random.PRNGKey(2), jnp.int32(0))[0])
     # measured: 0.449607 (float32) vs 0.449611 (bfloat16), relative 8.6e-6; 7.3e-5 with a bf16 residual stream
     assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=1e-3)
+
+
+# -- how the blocks run: lax.scan and activation checkpointing (issue 9) --------------------------
+SCAN_CFG = ModelConfig(model="tiny", width=32, depth=4, heads=2, patch_size=4, image_size=16,
+                       pred_depth=3, pred_width=16, channels=3)
+
+
+def _loss_and_grads(cfg):
+    enc_t, pred_t = ModuleTemplate(cfg.encoder), ModuleTemplate(cfg.predictor)
+    params = {"encoder": enc_t.init(jax.random.key(0)), "predictor": pred_t.init(jax.random.key(1))}
+    images = jax.random.normal(jax.random.key(2), (2, 16, 16, 3))
+    ctx = jnp.array([[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]], jnp.int32)
+    tgt = jnp.array([[[12, 13]], [[14, 15]]], jnp.int32)
+
+    def loss(p):
+        z = enc_t.merge(p["encoder"])(images, ctx, last_layers=2)[..., :32]
+        pred = pred_t.merge(p["predictor"])(z, ctx, None, tgt, None)
+        return jnp.mean(pred ** 2)
+
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+
+@pytest.mark.parametrize("how", [dict(scan_layers=True), dict(remat="dots"), dict(remat="block"),
+                                 dict(scan_layers=True, remat="block")])
+def test_scan_and_remat_change_neither_the_loss_nor_the_gradients(how):
+    import dataclasses
+
+    base_loss, base_grads = _loss_and_grads(SCAN_CFG)
+    loss, grads = _loss_and_grads(dataclasses.replace(SCAN_CFG, **how))
+    np.testing.assert_allclose(loss, base_loss, rtol=1e-6)
+    for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(base_grads)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
+
+
+def _encoder_jaxpr_size(depth: int, scan: bool) -> int:
+    cfg = ModelConfig(model="tiny", width=32, depth=depth, heads=2, patch_size=4, image_size=16,
+                      pred_depth=1, pred_width=16, scan_layers=scan)
+    tmpl = ModuleTemplate(cfg.encoder)
+    images = jax.ShapeDtypeStruct((2, 16, 16, 3), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda p, x: tmpl.merge(p)(x))(tmpl.shapes(), images)
+    return len(jaxpr.jaxpr.eqns)
+
+
+def test_scanned_blocks_trace_one_block_whatever_the_depth():
+    # unrolled: every block adds its equations; scanned: only the parameter stacks grow
+    unrolled = _encoder_jaxpr_size(8, False) - _encoder_jaxpr_size(2, False)
+    scanned = _encoder_jaxpr_size(8, True) - _encoder_jaxpr_size(2, True)
+    assert unrolled > 100
+    assert scanned <= 16  # one stack per parameter leaf of a block (16 leaves), whatever the depth
+
+
+def test_unknown_remat_is_an_input_error():
+    with pytest.raises(InputError, match="unknown remat 'full'"):
+        ModelConfig(remat="full")
+
+
+def test_templates_of_equal_configs_share_one_traced_structure():
+    import dataclasses
+
+    a = ModuleTemplate(SCAN_CFG.encoder)
+    b = ModuleTemplate(dataclasses.replace(SCAN_CFG).encoder)  # equal, not identical, config
+    assert a.graphdef is b.graphdef and a.abstract_state is b.abstract_state

@@ -122,7 +122,8 @@ def compilation_cache_dir(env) -> str | None:
 def use_compilation_cache(env) -> None:
     """Turns JAX's persistent compilation cache on for this process and its children, through the
     environment variables JAX reads when it is imported (so `jepa --help` still imports no JAX). A
-    second run of the same configuration then loads its step instead of compiling it. The size cap
+    second run of the same configuration then loads its step (and every small program) instead of
+    compiling it. The size cap
     makes JAX guard the cache with a file lock, so concurrent commands share it safely. A user's own
     JAX_COMPILATION_CACHE_DIR wins."""
     directory = compilation_cache_dir(env)
@@ -130,6 +131,9 @@ def use_compilation_cache(env) -> None:
         return
     env.setdefault("JAX_COMPILATION_CACHE_DIR", directory)
     env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
+    # JAX keeps only programs that took over 1 s to compile; a step's dozens of small helpers (the mask
+    # samplers, the mask-size probe, init) took about 6 s together at ViT-B, so keep them all
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 class _StderrLog(logging.Handler):

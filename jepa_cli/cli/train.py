@@ -46,6 +46,10 @@ GENERATIVE_KEYS = tuple(name for name, *_ in train_flags())
 @click.option("--pred-width", type=int, default=None, help="Predictor width.")
 @click.option("--loss", default=None, help="smooth_l1 (official code) | l2 (paper) | l1.")
 @click.option("--dtype", default=None, help="Compute dtype: float32 | bfloat16 (parameters stay float32).")
+@click.option("--scan-layers/--no-scan-layers", default=None,
+              help="Run the blocks under lax.scan: compile time no longer grows with depth.")
+@click.option("--remat", type=click.Choice(["none", "dots", "block"]), default=None,
+              help="Activation checkpointing per block: keep matmul outputs (dots) or only block inputs (block).")
 @click.option("--steps", type=int, default=None, help="Optimizer updates in the run (wins over --epochs).")
 @click.option("--epochs", type=float, default=None, help="Epochs; one epoch is num_samples // batch_size updates.")
 @click.option("--batch-size", type=int, default=None, help="Global examples per optimizer update.")
@@ -97,7 +101,8 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     from jepa_cli.training.config import resolve_config
     from jepa_cli.training.loop import Callbacks, train
 
-    objective_keys = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "npred", "min_keep",
+    objective_keys = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "scan_layers", "remat",
+                      "npred", "min_keep",
                       "allow_overlap", "context_size", "official_positions", "official_truncation",
                       "collator_batch") + GENERATIVE_KEYS
     objective_config = {k: options.pop(k) for k in objective_keys}

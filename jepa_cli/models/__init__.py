@@ -7,8 +7,10 @@ Modules never cross the Objective seam: ``to_pure`` turns a module into a nested
 
 from __future__ import annotations
 
+import collections
+import inspect
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import jax
 import jax.numpy as jnp
@@ -88,18 +90,43 @@ def _grouped_init(key, shapes: dict, std: float = 0.02) -> dict:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-class ModuleTemplate:
-    """Builds a module's structure once (abstractly, no allocation) and merges pure dicts into it."""
+# structures already built, by build key: tracing a large model's construction under eval_shape
+# costs seconds (ViT-B: about 2 s each), and the trainer asks for the same model several times
+_STRUCTURES: "collections.OrderedDict[Hashable, tuple]" = collections.OrderedDict()
+_STRUCTURES_KEPT = 16
 
-    def __init__(self, build: Callable[[nnx.Rngs], nnx.Module]):
-        self._build = build
-        self.graphdef, self.abstract_state = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))))
-        shapes = self.shapes()
+
+class ModuleTemplate:
+    """Builds a module's structure once (abstractly, no allocation) and merges pure dicts into it.
+
+    ``key`` names the structure for reuse across templates (a bound method of a frozen config,
+    such as ``ModelConfig.encoder``, is its own key); templates with equal keys share one build."""
+
+    def __init__(self, build: Callable[[nnx.Rngs], nnx.Module], key: Hashable | None = None):
+        if key is None and inspect.ismethod(build):  # bound methods compare their objects by identity
+            key = (build.__func__, build.__self__)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable config: no reuse
+            key = None
+        cached = _STRUCTURES.get(key) if key is not None else None
+        if cached is None:
+            cached = self._structure(build)
+            if key is not None:
+                _STRUCTURES[key] = cached
+                while len(_STRUCTURES) > _STRUCTURES_KEPT:
+                    _STRUCTURES.popitem(last=False)
+        self.graphdef, self.abstract_state, self._init = cached
+
+    def _structure(self, build: Callable[[nnx.Rngs], nnx.Module]) -> tuple:
+        graphdef, abstract_state = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))))
+        shapes = _str_keys(nnx.to_pure_dict(abstract_state))
         names = {p[-1].key for p, _ in jax.tree_util.tree_flatten_with_path(shapes)[0]}
         if names <= set(INIT_RULES):
-            self._init = jax.jit(lambda key: _grouped_init(key, shapes))
+            init = jax.jit(lambda key: _grouped_init(key, shapes))
         else:  # a leaf without a rule: the modules' own initialisers
-            self._init = jax.jit(lambda key: to_pure(build(nnx.Rngs(params=key))))
+            init = jax.jit(lambda key: to_pure(build(nnx.Rngs(params=key))))
+        return graphdef, abstract_state, init
 
     def init(self, key) -> dict:
         """Fresh float32 parameters (jitted; works under eval_shape and with out_shardings)."""

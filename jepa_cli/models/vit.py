@@ -45,6 +45,7 @@ MODEL_SIZES: dict[str, ModelSize] = {
 }
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+REMAT = ("none", "dots", "block")
 
 
 def _pair(x) -> tuple[int, int]:
@@ -76,9 +77,14 @@ class ModelConfig:
     depth: int | None = None
     heads: int | None = None
     mlp_ratio: float | None = None
+    # how the blocks run (no effect on the parameters or, beyond float rounding, on the outputs)
+    scan_layers: bool = False  # one traced block under lax.scan: compile time independent of depth
+    remat: str = "none"  # activation checkpointing per block: none | dots | block (see run_blocks)
 
     def __post_init__(self):
         check_field_types(self, "model")
+        if self.remat not in REMAT:
+            raise InputError(f"unknown remat {self.remat!r} (choose from {', '.join(REMAT)})")
         if self.model not in MODEL_SIZES:
             raise InputError(
                 f"unknown model size {self.model!r} (choose from {', '.join(MODEL_SIZES)})"
@@ -152,6 +158,8 @@ class ModelConfig:
             mlp_ratio=self.encoder_mlp_ratio,
             dtype=self.compute_dtype,
             rngs=rngs,
+            scan_layers=self.scan_layers,
+            remat=self.remat,
         )
 
     def predictor(self, rngs: nnx.Rngs) -> "VisionTransformerPredictor":
@@ -164,6 +172,8 @@ class ModelConfig:
             mlp_ratio=4.0,
             dtype=self.compute_dtype,
             rngs=rngs,
+            scan_layers=self.scan_layers,
+            remat=self.remat,
         )
 
 
@@ -195,14 +205,15 @@ class VideoModelConfig(ModelConfig):
             image_size=_pair(self.image_size), patch_size=self.patch_size, channels=self.channels,
             width=self.embed_dim, depth=self.encoder_depth, heads=self.num_heads,
             mlp_ratio=self.encoder_mlp_ratio, dtype=self.compute_dtype, rngs=rngs,
-            num_frames=self.num_frames, tubelet_size=self.tubelet_size,
+            num_frames=self.num_frames, tubelet_size=self.tubelet_size, scan_layers=self.scan_layers,
+            remat=self.remat,
         )
 
     def predictor(self, rngs: nnx.Rngs, num_mask_tokens: int = 2) -> "VisionTransformerPredictor":
         return VisionTransformerPredictor(
             grid=self.grid3d, embed_dim=self.embed_dim, width=self.pred_width, depth=self.pred_depth,
             heads=self.predictor_heads, mlp_ratio=4.0, dtype=self.compute_dtype, rngs=rngs,
-            num_mask_tokens=num_mask_tokens,
+            num_mask_tokens=num_mask_tokens, scan_layers=self.scan_layers, remat=self.remat,
         )
 
 
@@ -355,6 +366,41 @@ class Block(nnx.Module):
         return x + g2[:, None] * self.mlp(modulate(self.norm2(x), s2, c2))
 
 
+def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, remat: str = "none"):
+    """x [B, N, D] through ``blocks`` in order: ``for blk in blocks: x = blk(x, key_valid, cond)``.
+
+    ``scan``: the blocks' parameters are stacked ([depth, ...], one copy per call) and one traced
+    block runs under lax.scan, so tracing and compiling do not grow with depth. ``remat``: what the
+    backward pass keeps of each block: 'none' every activation; 'dots' the matmul outputs without
+    batch dimensions (the Linear layers'; attention and elementwise work is recomputed); 'block'
+    only the block's input (the whole block is recomputed, as V-JEPA's use_activation_checkpointing).
+    """
+    blocks = list(blocks)
+    if not blocks:
+        return x
+    if not scan and remat == "none":
+        for blk in blocks:
+            x = blk(x, key_valid, cond)
+        return x
+    graphdef = nnx.graphdef(blocks[0])
+
+    def body(x, state):
+        return nnx.merge(graphdef, state)(x, key_valid, cond)
+
+    if remat != "none":
+        policy = {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                  "block": jax.checkpoint_policies.nothing_saveable}[remat]
+        body = jax.checkpoint(body, policy=policy)
+    states = [nnx.state(blk) for blk in blocks]
+    if not scan or len(blocks) == 1:
+        for state in states:
+            x = body(x, state)
+        return x
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    x, _ = jax.lax.scan(lambda carry, state: (body(carry, state), None), x, stacked)
+    return x
+
+
 def _plain_layer_norm(dim, dtype, rngs):
     """LayerNorm without scale and bias (eps 1e-6), as DiT's modulated norms."""
     return nnx.LayerNorm(dim, epsilon=1e-6, use_scale=False, use_bias=False, dtype=dtype,
@@ -376,8 +422,10 @@ class VisionTransformer(nnx.Module):
     def __init__(
         self, *, image_size: tuple[int, int], patch_size: int, channels: int, width: int,
         depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
-        num_frames: int | None = None, tubelet_size: int = 1,
+        num_frames: int | None = None, tubelet_size: int = 1, scan_layers: bool = False,
+        remat: str = "none",
     ):
+        self.scan_layers, self.remat = scan_layers, remat
         self.image_size = tuple(image_size)
         self.patch_size = patch_size
         self.width = width
@@ -439,11 +487,12 @@ class VisionTransformer(nnx.Module):
         depth = len(self.blocks)
         if not 1 <= last_layers <= depth:
             raise InputError(f"last_layers must be in 1..{depth}, got {last_layers}")
+        blocks = list(self.blocks)
+        x = run_blocks(blocks[:depth - last_layers], x, valid, scan=self.scan_layers, remat=self.remat)
         outs = []
-        for i, blk in enumerate(self.blocks):
-            x = blk(x, valid)
-            if i >= depth - last_layers:
-                outs.append(self.norm(x))
+        for blk in blocks[depth - last_layers:]:
+            x = run_blocks([blk], x, valid, remat=self.remat)
+            outs.append(self.norm(x))
         x = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
         if lead is not None:
             x = x.reshape(*lead, *x.shape[1:])
@@ -456,7 +505,9 @@ class VisionTransformerPredictor(nnx.Module):
     def __init__(
         self, *, grid: tuple[int, ...], embed_dim: int, width: int, depth: int, heads: int,
         mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs, num_mask_tokens: int | None = None,
+        scan_layers: bool = False, remat: str = "none",
     ):
+        self.scan_layers, self.remat = scan_layers, remat
         self.grid = tuple(grid)  # (rows, columns), or (frames, rows, columns) for video
         self.width = width
         self.dtype = dtype
@@ -500,8 +551,7 @@ class VisionTransformerPredictor(nnx.Module):
         tokens = mask + pos[target_index]  # [B, M, T, W]
         x = jnp.concatenate([x, tokens], axis=2).reshape(b * m, k + t, self.width)
         valid = jnp.concatenate([cvalid, target_valid], axis=2).reshape(b * m, k + t)
-        for blk in self.blocks:
-            x = blk(x, valid)
+        x = run_blocks(self.blocks, x, valid, scan=self.scan_layers, remat=self.remat)
         x = self.norm(x[:, k:])
         return self.proj(x).reshape(b, m, t, -1)
 

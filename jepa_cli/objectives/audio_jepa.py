@@ -20,7 +20,7 @@ import numpy as np
 from jepa_cli.data.fbank import FbankConfig, fbank
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models import ModelConfig, ModuleTemplate
+from jepa_cli.models import ModelConfig
 from jepa_cli.models.vit import MODEL_SIZES, gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
@@ -52,6 +52,8 @@ class AudioJEPAConfig:
     depth: int | None = None
     heads: int | None = None
     mlp_ratio: float | None = None
+    scan_layers: bool = False
+    remat: str = "none"
     # front-end (Kaldi fbank as torchaudio.compliance.kaldi.fbank)
     sample_rate: int = 32000  # Audio-JEPA: 32 kHz (from the dataset's attributes when training)
     seconds: float = 10.0  # Audio-JEPA: 10 s clips (from the dataset's clip length when training)
@@ -110,7 +112,8 @@ class AudioJEPAConfig:
         return ModelConfig(model=self.model, patch_size=self.patch_size, image_size=(self.frames, self.mel_bins),
                            channels=1, pred_depth=self.pred_depth, pred_width=self.pred_width,
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
-                           heads=self.heads, mlp_ratio=self.mlp_ratio)
+                           heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
+                           remat=self.remat)
 
     @property
     def mask_config(self):
@@ -203,8 +206,6 @@ class AudioJEPAObjective(EncoderPredictorObjective):
     def __init__(self, config: AudioJEPAConfig | None = None):
         self.config = config or AudioJEPAConfig()
         self.model_config = self.config.model_config
-        self._encoder = ModuleTemplate(self.model_config.encoder)
-        self._predictor = ModuleTemplate(self.model_config.predictor)
 
     @classmethod
     def from_config(cls, config: dict) -> "AudioJEPAObjective":

@@ -6,10 +6,13 @@ See docs/architecture.md. Params cross the seam only as nested dicts of arrays.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import jax
 import numpy as np
+
+from jepa_cli.models import ModuleTemplate
 
 Params = dict[str, Any]
 Transform = Callable[[dict, np.random.Generator], dict]
@@ -67,6 +70,17 @@ class EncoderPredictorObjective:
     weight-decay groups."""
 
     config: Any
+    model_config: Any  # builds the modules: .encoder(rngs), .predictor(rngs)
+
+    # the modules' templates are built on first use: validating options (the trainer builds the
+    # objective once per option the dataset implies) never traces a model
+    @functools.cached_property
+    def _encoder(self) -> ModuleTemplate:
+        return ModuleTemplate(self.model_config.encoder)
+
+    @functools.cached_property
+    def _predictor(self) -> ModuleTemplate:
+        return ModuleTemplate(self.model_config.predictor)
 
     def to_config(self) -> dict:
         return self.config.to_dict()

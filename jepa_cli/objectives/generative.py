@@ -71,7 +71,8 @@ class GenerativeObjective:
 
         self._dit = ModuleTemplate(lambda rngs: DiT(
             in_dim=token_dim, out_dim=token_dim, grid=self.grid, width=c.width, depth=c.depth, heads=c.heads,
-            num_classes=c.num_classes, mlp_ratio=c.mlp_ratio, dtype=DTYPES[c.dtype], rngs=rngs))
+            num_classes=c.num_classes, mlp_ratio=c.mlp_ratio, dtype=DTYPES[c.dtype], rngs=rngs),
+            key=("dit", token_dim, self.grid, c.width, c.depth, c.heads, c.num_classes, c.mlp_ratio, c.dtype))
 
     # -- configuration ---------------------------------------------------------------------------
     @property

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models import ModelConfig, ModuleTemplate
+from jepa_cli.models import ModelConfig
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
@@ -173,10 +173,7 @@ class IJEPAObjective(EncoderPredictorObjective):
 
     def __init__(self, config: IJEPAConfig | None = None):
         self.config = config or IJEPAConfig()
-        mc = self.config.model_config
-        self.model_config = mc
-        self._encoder = ModuleTemplate(mc.encoder)
-        self._predictor = ModuleTemplate(mc.predictor)
+        self.model_config = self.config.model_config
 
     @classmethod
     def from_config(cls, config: dict) -> "IJEPAObjective":

@@ -147,16 +147,10 @@ class VJEPAObjective(EncoderPredictorObjective):
         self.config = config or VJEPAConfig()
         self.model_config = self.config.model_config
 
-    # the modules' templates are built on first use: validating options (the trainer builds the
-    # objective once per option the dataset implies) never traces a model
-    @functools.cached_property
-    def _encoder(self) -> ModuleTemplate:
-        return ModuleTemplate(self.model_config.encoder)
-
     @functools.cached_property
     def _predictor(self) -> ModuleTemplate:
         mc, pairs = self.model_config, self.config.mask_config.pairs
-        return ModuleTemplate(lambda rngs: mc.predictor(rngs, num_mask_tokens=pairs))
+        return ModuleTemplate(lambda rngs: mc.predictor(rngs, num_mask_tokens=pairs), key=("vjepa-predictor", mc, pairs))
 
     @classmethod
     def from_config(cls, config: dict) -> "VJEPAObjective":
