@@ -30,6 +30,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--model", default="vit_tiny", help="the official model name (vit_tiny ... vit_huge)")
+    p.add_argument("--crop-size", type=int, default=64)
+    p.add_argument("--patch-size", type=int, default=8)
+    p.add_argument("--pred-depth", type=int, default=6)
+    p.add_argument("--pred-emb-dim", type=int, default=96)
+    p.add_argument("--min-keep", type=int, default=4)
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--bf16", action="store_true", help="autocast to bfloat16 as src/train.py (use_bfloat16)")
     args = p.parse_args(argv)
     sys.path.insert(0, args.reference)
     import torch
@@ -42,10 +50,11 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    device = torch.device("cpu")
-    # the benchmark's configuration: ViT-tiny, 64x64x3, patch 8, predictor 6 x 96, float32
-    encoder, predictor = init_model(device=device, patch_size=8, model_name="vit_tiny", crop_size=64,
-                                    pred_depth=6, pred_emb_dim=96)
+    device = torch.device(args.device)
+    # default: the CPU benchmark's configuration (ViT-tiny, 64x64x3, patch 8, predictor 6 x 96, float32)
+    encoder, predictor = init_model(device=device, patch_size=args.patch_size, model_name=args.model,
+                                    crop_size=args.crop_size, pred_depth=args.pred_depth,
+                                    pred_emb_dim=args.pred_emb_dim)
     import copy
 
     target_encoder = copy.deepcopy(encoder)
@@ -54,26 +63,35 @@ def main(argv=None) -> int:
     ipe, epochs = 100, 10
     optimizer, _scaler, scheduler, wd_scheduler = init_opt(
         encoder=encoder, predictor=predictor, wd=0.04, final_wd=0.4, start_lr=2e-4, ref_lr=1e-3, final_lr=1e-6,
-        iterations_per_epoch=ipe, warmup=1, num_epochs=epochs, ipe_scale=1.0, use_bfloat16=False)
+        iterations_per_epoch=ipe, warmup=1, num_epochs=epochs, ipe_scale=1.0, use_bfloat16=args.bf16)
     momentum_scheduler = (0.996 + i * (1.0 - 0.996) / (ipe * epochs) for i in range(ipe * epochs + 1))
-    collator = MaskCollator(input_size=(64, 64), patch_size=8, pred_mask_scale=(0.15, 0.2),
-                            enc_mask_scale=(0.85, 1.0), aspect_ratio=(0.75, 1.5), nenc=1, npred=4,
-                            allow_overlap=False, min_keep=4)  # in1k_vith14 [mask] but min_keep 4 (see below)
-    images = torch.randn(args.batch, 3, 64, 64)
+    collator = MaskCollator(input_size=(args.crop_size, args.crop_size), patch_size=args.patch_size,
+                            pred_mask_scale=(0.15, 0.2), enc_mask_scale=(0.85, 1.0), aspect_ratio=(0.75, 1.5),
+                            nenc=1, npred=4, allow_overlap=False, min_keep=args.min_keep)  # in1k_vith14 [mask]
+    images = torch.randn(args.batch, 3, args.crop_size, args.crop_size, device=device)
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
 
-    def train_step(masks_enc, masks_pred):  # src/train.py train_step(), without AMP and logging
+    def train_step(masks_enc, masks_pred):  # src/train.py train_step(), without logging
+        masks_enc = [m.to(device, non_blocking=True) for m in masks_enc]
+        masks_pred = [m.to(device, non_blocking=True) for m in masks_pred]
         scheduler.step()
         wd_scheduler.step()
-        with torch.no_grad():
-            h = target_encoder(images)
-            h = F.layer_norm(h, (h.size(-1),))
-            h = apply_masks(h, masks_pred)
-            h = repeat_interleave_batch(h, len(images), repeat=len(masks_enc))
-        z = encoder(images, masks_enc)
-        z = predictor(z, masks_enc, masks_pred)
-        loss = F.smooth_l1_loss(z, h)
-        loss.backward()
-        optimizer.step()
+        with autocast:
+            with torch.no_grad():
+                h = target_encoder(images)
+                h = F.layer_norm(h, (h.size(-1),))
+                h = apply_masks(h, masks_pred)
+                h = repeat_interleave_batch(h, len(images), repeat=len(masks_enc))
+            z = encoder(images, masks_enc)
+            z = predictor(z, masks_enc, masks_pred)
+            loss = F.smooth_l1_loss(z, h)
+        if args.bf16:  # src/train.py: scaler.scale(loss).backward(); scaler.step(optimizer)
+            _scaler.scale(loss).backward()
+            _scaler.step(optimizer)
+            _scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
         optimizer.zero_grad()
         with torch.no_grad():
             m = next(momentum_scheduler)
@@ -82,8 +100,9 @@ def main(argv=None) -> int:
         return float(loss)
 
     times, context = [], []
+    cpu_images = images.cpu()  # the collator stacks the batch on the host, as in the official loader
     for i in range(args.steps + 3):  # 3 warm-up steps
-        _, masks_enc, masks_pred = collator([(images[j],) for j in range(args.batch)])
+        _, masks_enc, masks_pred = collator([(cpu_images[j],) for j in range(args.batch)])
         t = time.perf_counter()
         train_step(masks_enc, masks_pred)
         if i >= 3:
@@ -91,6 +110,7 @@ def main(argv=None) -> int:
             context.append(len(masks_enc[0][0]))
     sec = float(np.median(times))
     print(json.dumps({"images_per_sec": args.batch / sec, "step_ms": 1000 * sec, "threads": args.threads,
+                      "device": args.device, "bf16": args.bf16, "model": args.model,
                       "torch": torch.__version__, "context_tokens": float(np.mean(context)),
                       "context_tokens_range": [int(min(context)), int(max(context))]}))
     return 0

@@ -71,7 +71,13 @@ def analytic_flops(batch: int, k: int, m: int, t: int, n: int = 64, d: int = 192
     return batch * (target + 3.0 * (context + pred))
 
 
-def bench(official: bool, steps: int, batch: int = 32) -> dict:
+TINY_STEP = dict(model="tiny", patch_size=8, image_size=64, channels=3, pred_depth=6, pred_width=96,
+                 dtype="float32", min_keep=4)  # as official_ijepa_step.py
+
+
+def bench(official: bool, steps: int, batch: int = 32, options: dict | None = None) -> dict:
+    """One configuration's step: images/s, FLOPs (XLA's count and the analytic one), token counts.
+    `options` are `jepa train --objective ijepa` options (default: the ViT-tiny 64 px benchmark step)."""
     from jepa_cli.objectives import make_objective
     from jepa_cli.training.config import build_config
     from jepa_cli.training.run import build_optimizer
@@ -80,9 +86,9 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     from jepa_cli.training import mesh as mesh_lib
     from jepa_cli.training.run import abstract_state
 
-    opts = dict(model="tiny", patch_size=8, image_size=64, channels=3, pred_depth=6, pred_width=96,
-                dtype="float32", official_truncation=official, min_keep=4)  # as official_ijepa_step.py
+    opts = {**(options or TINY_STEP), "official_truncation": official}
     objective = make_objective("ijepa", opts).with_total_updates(1000)
+    size = objective.config.image_size
     cfg = build_config({"steps": 1000, "batch_size": batch})
     lengths = {"steps": 1000, "t_max": 1000, "warmup_steps": 100, "ipe": 100}
     abstract = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
@@ -90,7 +96,7 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     mesh = mesh_lib.make_mesh("data=-1,fsdp=1")
     state_sh = mesh_lib.state_shardings(mesh, abstract_state(objective, tx))
     state = jax.jit(lambda k: init_state(objective, tx, k), out_shardings=state_sh)(jax.random.PRNGKey(0))
-    images = jax.device_put(jax.random.normal(jax.random.PRNGKey(3), (batch, 64, 64, 3), jnp.float32),
+    images = jax.device_put(jax.random.normal(jax.random.PRNGKey(3), (batch, size, size, 3), jnp.float32),
                             mesh_lib.batch_sharding(mesh))
     step = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, m_fn), state_sh, mesh_lib.batch_sharding(mesh),
                     mesh_lib.replicated(mesh))
@@ -116,7 +122,10 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
     masks = objective.sample_masks(jax.random.PRNGKey(0), batch)
     k = masks.context_index.shape[-1]
     m_, t = masks.target_index.shape[-2:]
-    analytic = analytic_flops(batch, k, m_, t)
+    mc = objective.config.model_config
+    analytic = analytic_flops(batch, k, m_, t, n=(size // mc.patch_size) ** 2, d=mc.embed_dim,
+                              depth=mc.encoder_depth, r=mc.encoder_mlp_ratio, w=mc.pred_width,
+                              pdepth=mc.pred_depth, patch_in=mc.patch_size**2 * mc.channels)
     return {
         "mode": "official-truncation" if official else "default",
         "devices": len(jax.devices()),
@@ -131,7 +140,20 @@ def bench(official: bool, steps: int, batch: int = 32) -> dict:
         "context_tokens_range": [float(np.min(ctx)), float(np.max(ctx))],
         "target_tokens": float(np.mean(tgt)),
         "compile_s": compile_s,
+        "memory": memory_bytes(compiled),
     }
+
+
+def memory_bytes(compiled) -> dict:
+    """The compiled step's device memory (XLA's memory analysis): arguments, outputs, temporaries."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # some backends do not implement it
+        return {}
+    if m is None:
+        return {}
+    return {"argument": int(m.argument_size_in_bytes), "output": int(m.output_size_in_bytes),
+            "temp": int(m.temp_size_in_bytes)}
 
 
 def measure(args) -> dict:

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU benchmark, unattended (under 8 minutes on one H100-class GPU):
+#   I-JEPA ViT-B/16 and ViT-L/16 at 224 px (predictor 12 x 384, in1k_vith14's masks), each in bfloat16
+#   at the largest batch that fits and in float32 at that batch, then the official PyTorch step
+#   (facebookresearch/ijepa at 52c1ae95) at the same size and batch where torch with CUDA and a
+#   checkout are at hand. Images/s and model FLOP utilisation against the chip's peak
+#   (benchmarks/gpu_step.py PEAK_TFLOPS, by device name).
+#
+#   bash benchmarks/gpu.sh [TABLE.md]                 # default table file: gpu-bench.md
+#   REFERENCE=~/src/ijepa bash benchmarks/gpu.sh      # also the official step (torch must see CUDA)
+#   TINY=1 bash benchmarks/gpu.sh t.md                # a 2-block, 48-wide ViT at 32 px, 2 steps: a CPU smoke test
+#
+# Each configuration runs in its own process (an out-of-memory or failing row does not stop the
+# others; its error goes into the table). Environment: PYTHON (default .venv/bin/python),
+# STEPS (default 10), MODELS (default "base large").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+TABLE=${1:-gpu-bench.md}
+PYTHON=${PYTHON:-.venv/bin/python}
+ROWS=$(mktemp)
+trap 'rm -f "$ROWS"' EXIT
+
+if [[ -n "${TINY:-}" ]]; then
+  MODELS=${MODELS:-tiny}; SIZE=32; PATCH=8
+  PRED=(--depth 2 --width 48 --heads 3 --pred-depth 1 --pred-width 48 --min-keep 2)
+  STEPS=${STEPS:-2}; BATCH=auto; PROBE=(--probe-batch 4)
+else
+  MODELS=${MODELS:-base large}; SIZE=224; PATCH=16; PRED=(--pred-depth 12 --pred-width 384 --min-keep 10)
+  STEPS=${STEPS:-10}; BATCH=auto; PROBE=(--probe-batch 16)
+fi
+
+row() {  # row LABEL ARGS...: one JSON line into $ROWS, or an error line
+  local label=$1; shift
+  local out
+  if out=$("$PYTHON" benchmarks/gpu_step.py --json "$@" 2>&1 | tail -n 1) && [[ $out == \{* ]]; then
+    echo "$out" >> "$ROWS"
+  else
+    "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' \
+      "$label" "$out" >> "$ROWS"
+  fi
+}
+
+for model in $MODELS; do
+  common=(--model "$model" --patch-size "$PATCH" --image-size "$SIZE" "${PRED[@]}" --steps "$STEPS")
+  row "$model bf16" "${common[@]}" --dtype bfloat16 --batch "$BATCH" "${PROBE[@]}"
+  batch=$("$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print(r.get("batch", ""))' "$ROWS")
+  [[ -n "$batch" ]] || batch=16
+  row "$model f32" "${common[@]}" --dtype float32 --batch "$batch"
+  if [[ -n "${REFERENCE:-}" ]]; then
+    name=vit_$model
+    out=$("$PYTHON" benchmarks/official_ijepa_step.py --reference "$REFERENCE" --device cuda --bf16 \
+          --model "$name" --crop-size "$SIZE" --patch-size "$PATCH" --pred-depth 12 --pred-emb-dim 384 \
+          --min-keep 10 --batch "$batch" --steps "$STEPS" 2>&1 | tail -n 1)
+    if [[ $out == \{* ]]; then
+      echo "$out" | "$PYTHON" -c 'import json,sys; r=json.load(sys.stdin); r["official"]=True; r["batch"]=int(sys.argv[1]); print(json.dumps(r))' "$batch" >> "$ROWS"
+    else
+      "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' \
+        "official $model bf16" "$out" >> "$ROWS"
+    fi
+  fi
+done
+
+"$PYTHON" benchmarks/gpu_table.py "$ROWS" > "$TABLE.tmp" && mv "$TABLE.tmp" "$TABLE"
+cat "$TABLE"
