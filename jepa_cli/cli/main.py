@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("jepa_cli.cli.train", "Pretrain an encoder on a dataset (I-JEPA by default) with the official recipe."),
     "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show the EMA momentum schedule of a run and how far the EMA is from the online weights."),
     "sample": ("jepa_cli.cli.sample", "Draw samples from a flow or diffusion run into a dataset."),
+    "import-checkpoint": ("jepa_cli.cli.import_checkpoint", "Convert a published I-JEPA checkpoint into a run directory."),
     "fd": ("jepa_cli.cli.fd", "Frechet distance between the feature distributions of two datasets."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
