@@ -48,7 +48,7 @@ def official():
         z = objective.predictor(params["predictor"])(z_ctx, context, everything(context), targets, everything(targets))
         return masked_token_loss(z, h, everything(targets), "smooth_l1"), (z_ctx, z)
 
-    (value, (z_ctx, z)), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (value, (z_ctx, z)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)  # one compile, not op by op
     return {"data": data, "objective": objective, "params": params, "target": target, "images": images,
             "loss": value, "z_ctx": z_ctx, "z": z, "grads": grads}
 

@@ -11,7 +11,7 @@ from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import EMASpec, IJEPAConfig, IJEPAObjective, Objective, make_objective
 from jepa_cli.objectives.ijepa import layer_norm_no_affine, masked_token_loss
-from jepa_cli.objectives.telemetry import repr_cov_offdiag, repr_std
+from jepa_cli.objectives.telemetry import effective_rank, repr_cov_offdiag, repr_std
 
 # 32x32 images, patch 4 -> an 8x8 grid (room for the official multiblock masks)
 TINY = dict(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=32,
@@ -122,11 +122,23 @@ def test_telemetry_constant_is_zero_and_hand_values():
     assert float(repr_cov_offdiag(corr)) == pytest.approx(2.0)
 
 
-def test_collapsed_encoder_gives_zero_repr_std(setup, grad_fn):
+def test_collapsed_encoder_gives_zero_repr_std_and_target_std_and_rank_one(setup, grad_fn):
     obj, params, images = setup
     dead = {**params, "encoder": jax.tree.map(jnp.zeros_like, params["encoder"])}
     (_, aux), _ = grad_fn(dead, dead["encoder"])
     assert float(aux["repr_std"]) == 0.0 and float(aux["repr_cov_offdiag"]) == 0.0
+    assert float(aux["target_std"]) == 0.0 and float(aux["effective_rank"]) == 1.0
+
+
+def test_effective_rank_counts_the_dimensions_the_batch_spans():
+    rng = np.random.default_rng(0)
+    isotropic = rng.normal(size=(4000, 8))
+    assert float(effective_rank(isotropic)) == pytest.approx(8.0, abs=0.05)
+    line = rng.normal(size=(64, 1)) * rng.normal(size=(1, 8))  # rank one: every row on one line
+    assert float(effective_rank(line)) == pytest.approx(1.0, abs=1e-4)
+    two_equal = np.concatenate([rng.normal(size=(4000, 2)), np.zeros((4000, 6))], axis=1)
+    assert float(effective_rank(two_equal)) == pytest.approx(2.0, abs=0.01)
+    assert float(effective_rank(np.ones((16, 8)))) == 1.0  # constant: no variance at all
 
 
 def test_weight_decay_mask_excludes_biases_and_1d_includes_mask_token(setup):

@@ -14,7 +14,7 @@ from adversarial import damage_checkpoint
 
 from jepa_cli.data import store
 from jepa_cli.errors import InputError, JepaError
-from jepa_cli.training.config import build_config
+from jepa_cli.training.config import TrainConfig, build_config
 from jepa_cli.training.loop import Callbacks, train
 from jepa_cli.training.run import load_run, params_sha256, read_metrics
 
@@ -145,6 +145,17 @@ def test_divergence_keeps_last_good_checkpoint(dataset, tmp_path):
     assert "last good checkpoint is step 4" in str(exc.value)
     assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [2, 4]
     assert load_run(run)[3] == 4
+
+
+def test_a_dimensional_collapse_is_flagged_by_the_effective_rank_on_batches_of_five_or_more():
+    from jepa_cli.training.loop import collapse_sign
+
+    healthy = {"repr_std": 0.5, "target_std": 0.4, "effective_rank": 6.0}
+    flat = {**healthy, "effective_rank": 1.3}
+    assert collapse_sign(healthy, TrainConfig(batch_size=8)) is None
+    assert "effective_rank 1.3 < 2" in collapse_sign(flat, TrainConfig(batch_size=8))
+    assert collapse_sign(flat, TrainConfig(batch_size=8, grad_accum=2)) is None  # micro-batch 4: spans <= 3
+    assert "target_std 0 <" in collapse_sign({**healthy, "target_std": 0.0}, TrainConfig(batch_size=8))
 
 
 def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):

@@ -75,7 +75,7 @@ class ToyObjective:
         value = jnp.mean((pred - target) ** 2)
         if self.config.diverge_at is not None:
             value = value + jnp.where(step >= self.config.diverge_at, jnp.nan, 0.0)
-        return value, {"repr_std": telemetry.repr_std(z), "repr_cov_offdiag": telemetry.repr_cov_offdiag(z)}
+        return value, telemetry.collapse_metrics(z, target)
 
     def weight_decay_mask(self, params):
         return jax.tree.map(lambda p: p.ndim > 1, params)

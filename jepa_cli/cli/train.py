@@ -59,6 +59,11 @@ GENERATIVE_KEYS = tuple(name for name, *_ in train_flags())
 @click.option("--seed", type=SEED, default=None, help="Seed of initialisation, data order and masks.")
 @click.option("--save-every", type=int, default=None, help="Checkpoint every N updates (always at the end).")
 @click.option("--keep", type=int, default=None, help="Keep the K most recent checkpoints (default 3).")
+@click.option("--probe-every", type=int, default=None,
+              help="Score the target encoder with a k-NN probe every N updates (and at step 0); needs --probe-data.")
+@click.option("--probe-data", default=None,
+              help="TRAIN.zarr,TEST.zarr: the labelled datasets of --probe-every (kept in memory: a few thousand samples).")
+@click.option("--probe-k", type=int, default=None, help="Neighbours of the training-time k-NN probe (default 20).")
 @click.option("--resume", is_flag=True, help="Continue RUN from its latest checkpoint.")
 @click.option("--force", is_flag=True, help="Replace an existing RUN.")
 # masks (the options of `jepa mask`; defaults: the objective's official ones)
@@ -125,14 +130,15 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     console = stderr_console(quiet or not main)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
-                        TimeRemainingColumn(), console=console,
+                        TextColumn("{task.fields[knn]}"), TimeRemainingColumn(), console=console,
                         disable=quiet or not main or not console.is_terminal)  # a redirected stderr gets logs only
     task = {}
 
     def on_start(info):
         console.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
                     f"{info['devices']} devices, {info['processes']} process(es)")
-        task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="")
+        task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="",
+                                      knn="")
         progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
         task["t"] = None
 
@@ -146,6 +152,10 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
         task["t"] = now
         loss = m.get("loss")
         progress.update(task["id"], completed=m["step"], loss=f"{loss:.4f}" if loss is not None else "nan", rate=rate)
+        if m.get("knn_top1") is not None:  # a training-time probe ran at this step
+            progress.update(task["id"], knn=f"k-NN {m['knn_top1']:.3f}")
+            console.log(f"step {m['step']}: k-NN top-1 {m['knn_top1']:.4f}, top-5 {m['knn_top5']:.4f} "
+                        f"({m['probe_seconds']:.1f} s)")
 
     callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=lambda msg: console.log(msg),
                           on_checkpoint=(lambda s: console.log(f"checkpoint {s}")) if verbose else (lambda s: None))
@@ -158,6 +168,8 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
         result.update({k: v for k, v in (summary.get("last_metrics") or {}).items() if k not in result})
         if summary.get("interrupted"):
             result["interrupted"] = summary["interrupted"]
+        if summary.get("probe"):
+            result["probe"] = summary["probe"]
         if summary.get("collapse_suspected_at"):
             result["collapse_suspected_at"] = summary["collapse_suspected_at"]
         emit(result, as_json)

@@ -49,8 +49,8 @@ def partial_path(output: str | os.PathLike) -> Path:
 
 # -- the jitted, optionally sharded, encoding step ---------------------------------------------
 
-def make_step(encode_fn: Callable, params: Any, pool: str, mesh=None):
-    """(step(params, images) -> features, params placed on the devices)."""
+def pooled_features(encode_fn: Callable, pool: str) -> Callable:
+    """features(params, images) -> float32 [B, D] (pool "mean") or [B, T, D] (pool "none")."""
     import jax
 
     def features(p, images):
@@ -60,6 +60,14 @@ def make_step(encode_fn: Callable, params: Any, pool: str, mesh=None):
         z = z.astype(jax.numpy.float32)
         return z.mean(axis=1) if pool == "mean" else z
 
+    return features
+
+
+def make_step(encode_fn: Callable, params: Any, pool: str, mesh=None):
+    """(step(params, images) -> features, params placed on the devices)."""
+    import jax
+
+    features = pooled_features(encode_fn, pool)
     if mesh is None:
         return jax.jit(features), jax.device_put(params)
     from jepa_cli.training import mesh as meshlib

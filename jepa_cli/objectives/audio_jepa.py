@@ -243,18 +243,17 @@ class AudioJEPAObjective(EncoderPredictorObjective):
         b = spec.shape[0]
         m = masks.sample(key, self.config.mask_config, b)
         target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
-        h = jax.lax.stop_gradient(target_encoder(spec).astype(jnp.float32))
-        h = gather_tokens(h, m.target_index)  # [B, 1, T, D]
+        h_full = jax.lax.stop_gradient(target_encoder(spec).astype(jnp.float32))  # [B, N, D]
+        h = gather_tokens(h_full, m.target_index)  # [B, 1, T, D]
         encoder = self._encoder.merge(params["encoder"])
         predictor = self._predictor.merge(params["predictor"])
         z_ctx = encoder(spec, m.context_index, m.context_valid)  # [B, 1, K, D]
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         value = norm_mse(z, h, m.target_valid)
-        pooled = jax.lax.stop_gradient(telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1))
+        pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
         aux = {
             "loss": value,
-            "repr_std": telemetry.repr_std(pooled),
-            "repr_cov_offdiag": telemetry.repr_cov_offdiag(pooled),
+            **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
             "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
             "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=(1, 2)).astype(jnp.float32)),
         }

@@ -46,6 +46,9 @@ class IJEPAConfig(ModelConfig):
     std: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
     crop_scale: tuple[float, float] = (0.3, 1.0)
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    # evaluation (encode-latents): resize the short side to image_size x this, then centre-crop;
+    # 256/224 is the usual Resize(256) + CenterCrop(224); 1.0 keeps the whole image (small images)
+    eval_resize_ratio: float = 256 / 224
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -60,6 +63,8 @@ class IJEPAConfig(ModelConfig):
             raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
         if len(self.ema) != 2 or not 0.0 <= self.ema[0] <= 1.0 or not 0.0 <= self.ema[1] <= 1.0:
             raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
+        if not self.eval_resize_ratio >= 1.0:
+            raise InputError(f"eval_resize_ratio must be >= 1 (1: no border cropped), got {self.eval_resize_ratio!r}")
         if self.total_updates is not None and self.total_updates < 0:
             raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
         for name in ("mean", "std"):
@@ -199,22 +204,18 @@ class IJEPAObjective(EncoderPredictorObjective):
         m = self.sample_masks(key, b)
         # target: EMA encoder on the full image, layer-normalised, gathered at the targets
         target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
-        h = target_encoder(images).astype(jnp.float32)
-        h = jax.lax.stop_gradient(layer_norm_no_affine(h))
-        h = gather_tokens(h, m.target_index)  # [B, M, T, D]
+        h_full = jax.lax.stop_gradient(target_encoder(images).astype(jnp.float32))  # [B, N, D]
+        h = gather_tokens(layer_norm_no_affine(h_full), m.target_index)  # [B, M, T, D]
         # context encoder on the context tokens, predictor at the targets
         encoder = self._encoder.merge(params["encoder"])
         predictor = self._predictor.merge(params["predictor"])
         z_ctx = encoder(images, m.context_index, m.context_valid)  # [B, C, K, D]
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         value = masked_token_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss)
-        pooled = jax.lax.stop_gradient(
-            telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)
-        )  # [B, D]
+        pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
         aux = {
             "loss": value,
-            "repr_std": telemetry.repr_std(pooled),
-            "repr_cov_offdiag": telemetry.repr_cov_offdiag(pooled),
+            **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
             "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
             "target_tokens": jnp.mean(
                 jnp.sum(m.target_valid, axis=(1, 2)).astype(jnp.float32)
@@ -235,4 +236,5 @@ class IJEPAObjective(EncoderPredictorObjective):
 
     def eval_transform(self, image_size=None):
         c = self.config
-        return transforms.resize_center_crop(image_size or c.image_size, c.norm_mean, c.norm_std)
+        return transforms.resize_center_crop(image_size or c.image_size, c.norm_mean, c.norm_std,
+                                             c.eval_resize_ratio)

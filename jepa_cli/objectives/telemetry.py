@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 
@@ -19,6 +20,26 @@ def repr_cov_offdiag(z):
     cov = zc.T @ zc / max(b - 1, 1)
     off = jnp.sum(cov**2) - jnp.sum(jnp.diagonal(cov) ** 2)
     return jnp.sqrt(jnp.maximum(off, 0.0) / max(d * (d - 1), 1))
+
+
+def effective_rank(z):
+    """exp(entropy) of the normalised eigenvalues of the batch covariance of z [B, D] (the effective
+    rank of Roy & Vetterli 2007; RankMe, Garrido et al. 2023, takes the singular values of z itself):
+    in [1, min(B - 1, D)], 1 for constant or rank-one features, D for isotropic ones. A value far
+    below the width with a healthy `repr_std` is a dimensional (partial) collapse."""
+    z = jnp.asarray(z, jnp.float32)
+    zc = z - jnp.mean(z, axis=0, keepdims=True)
+    eig = jnp.linalg.svd(zc, compute_uv=False) ** 2  # the covariance's eigenvalues, up to 1 / (B - 1)
+    p = eig / jnp.maximum(jnp.sum(eig), jnp.finfo(jnp.float32).tiny)
+    return jnp.exp(-jnp.sum(jax.scipy.special.xlogy(p, p)))
+
+
+def collapse_metrics(context, target):
+    """The aux metrics every JEPA objective logs, from pooled context-encoder features `context`
+    [B, D] and pooled target-encoder features `target` [B, D] (gradients stopped here)."""
+    context, target = jax.lax.stop_gradient(context), jax.lax.stop_gradient(target)
+    return {"repr_std": repr_std(context), "repr_cov_offdiag": repr_cov_offdiag(context),
+            "target_std": repr_std(target), "effective_rank": effective_rank(target)}
 
 
 def masked_mean_pool(x, valid):

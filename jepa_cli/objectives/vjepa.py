@@ -182,19 +182,17 @@ class VJEPAObjective(EncoderPredictorObjective):
         clips = batch["video"]
         m = self.sample_masks(key, clips.shape[0])  # C == M: context c predicts target set c
         target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
-        h = target_encoder(clips).astype(jnp.float32)
-        h = jax.lax.stop_gradient(layer_norm_no_affine(h))
-        h = gather_tokens(h, m.target_index)  # [B, M, T, D]
+        h_full = jax.lax.stop_gradient(target_encoder(clips).astype(jnp.float32))  # [B, N, D]
+        h = gather_tokens(layer_norm_no_affine(h_full), m.target_index)  # [B, M, T, D]
         encoder = self._encoder.merge(params["encoder"])
         predictor = self._predictor.merge(params["predictor"])
         z_ctx = encoder(clips, m.context_index, m.context_valid)  # [B, M, K, D]
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         value = l1_pair_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss_exp)
-        pooled = jax.lax.stop_gradient(telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1))
+        pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
         aux = {
             "loss": value,
-            "repr_std": telemetry.repr_std(pooled),
-            "repr_cov_offdiag": telemetry.repr_cov_offdiag(pooled),
+            **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
             "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
             "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=-1).astype(jnp.float32)),
         }

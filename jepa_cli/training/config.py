@@ -45,8 +45,13 @@ class TrainConfig:
     keep: int | None = 3
     async_checkpointing: bool = True
     log_every: int = 1
-    collapse_threshold: float = 1e-4  # repr_std below this is reported as a suspected collapse
+    collapse_threshold: float = 1e-4  # repr_std or target_std below this is reported as a suspected collapse
+    collapse_rank_threshold: float = 2.0  # effective_rank below this (batches of 5+) is reported too
     num_threads: int = 2  # grain reader threads
+    # the k-NN probe of the target encoder during training (evaluation/online.py)
+    probe_every: int | None = None  # None: no probe; N: every N updates (and at step 0 of a new run)
+    probe_data: str | None = None  # "TRAIN.zarr,TEST.zarr": two labelled datasets of the training modality
+    probe_k: int = 20  # neighbours (DINO's k-NN protocol; `jepa probe knn --k`)
     # the objective's own options (IJEPAConfig fields, mask options), as resolved by the objective
     objective_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -184,7 +189,11 @@ RULES: dict[str, _Rule] = {
     "async_checkpointing": _Rule("bool"),
     "log_every": _Rule("int", 1),
     "collapse_threshold": _Rule("float", 0),
+    "collapse_rank_threshold": _Rule("float", 0),
     "num_threads": _Rule("int", 1),
+    "probe_every": _Rule("int", 1, nullable=True),
+    "probe_data": _Rule("str", nullable=True),
+    "probe_k": _Rule("int", 1),
 }
 assert RULES.keys() == TRAINER_KEYS, "every trainer key has a rule"
 

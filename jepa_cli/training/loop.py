@@ -220,6 +220,32 @@ class _Plan:
     transform: Callable
     step_fn: Callable
     record: dict[str, Any]  # run.json
+    probe: Callable | None = None  # evaluation.online.OnlineProbe when --probe-every is set
+
+
+def run_probe(probe: Callable, objective, state, out: Path) -> dict[str, float]:
+    """The training-time probe's scores on `state`'s target encoder, and the seconds it took."""
+    start = time.perf_counter()
+    scores = probe(_probed_encoder(objective, state, out))
+    return {**scores, "probe_seconds": time.perf_counter() - start}
+
+
+def collapse_sign(metrics: dict[str, Any], config) -> str | None:
+    """Why one update's metrics look like a collapse (a sentence), or None. Constant features:
+    `repr_std` (context) or `target_std` below `collapse_threshold`; dimensional collapse:
+    `effective_rank` of the target features below `collapse_rank_threshold`, tested only on
+    batches of 5 or more (a batch of B spans at most B - 1 dimensions)."""
+    for key in ("repr_std", "target_std"):
+        value = metrics.get(key)
+        if value is not None and float(value) < config.collapse_threshold:
+            return (f"{key} {float(value):.3g} < {config.collapse_threshold:g}: the encoder looks collapsed "
+                    "(constant representations)")
+    rank = metrics.get("effective_rank")
+    micro_batch = config.batch_size // config.grad_accum
+    if rank is not None and micro_batch >= 5 and float(rank) < config.collapse_rank_threshold:
+        return (f"effective_rank {float(rank):.3g} < {config.collapse_rank_threshold:g}: the target features "
+                "span fewer dimensions than that (a dimensional collapse)")
+    return None
 
 
 def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = None, resume: bool = False,
@@ -288,10 +314,41 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
                        state_sh, batch_sh, mesh_lib.replicated(mesh))
     batch_spec = abstract_batch(config.data, transform, config.batch_size, batch_sh, _uses_labels(objective))
     _trace_step(step_fn, abstract, state_sh, batch_spec, config.objective)
+    probe = _make_probe(config, objective, abstract, out)
     record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths,
               "dataset": {k: v for k, v in ds.items() if k != "attrs"}, "status": "running"}
     return _Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
-                 state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record)
+                 state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record,
+                 probe=probe)
+
+
+def _make_probe(config: TrainConfig, objective, abstract, out: Path):
+    """The training-time k-NN probe of the target encoder (None without --probe-every), its data
+    read and the encoder traced on it before anything is written."""
+    import jax
+
+    if config.probe_every is None:
+        if config.probe_data:
+            raise InputError("--probe-data needs --probe-every N")
+        return None
+    if not config.probe_data:
+        raise InputError("--probe-every needs --probe-data TRAIN.zarr,TEST.zarr")
+    if jax.process_count() > 1:
+        raise InputError("--probe-every runs in single-process training only (probe the checkpoints with "
+                         "`jepa encode-latents` and `jepa probe knn` instead)")
+    from jepa_cli.evaluation.online import OnlineProbe
+
+    probe = OnlineProbe(objective, config.probe_data, config.probe_k, config.objective_config.get("image_size"),
+                        config.objective_config.get("channels"))
+    probe.check(_probed_encoder(objective, abstract, out))
+    return probe
+
+
+def _probed_encoder(objective, state, out: Path):
+    """The parameters the training-time probe encodes with: the target (EMA) encoder, as I-JEPA evaluates."""
+    from jepa_cli.evaluation.encode import select_encoder
+
+    return select_encoder(objective, {"params": state.params, "ema": state.ema}, "target", out)
 
 
 def _restore(plan: _Plan, config: TrainConfig, cb: Callbacks, main: bool):
@@ -400,7 +457,11 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
             n_since += config.batch_size  # counted here, not at dispatch: rows are written one step late
             host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
             finite = bool(host.pop("finite"))
-            if step_no % config.log_every == 0 or step_no == steps or not finite:
+            probed = probe_results.pop(step_no, None)
+            if probed:
+                host.update(probed)
+                summary["probe"] = {"step": step_no, **probed}
+            if step_no % config.log_every == 0 or step_no == steps or not finite or probed:
                 now = time.perf_counter()
                 rate = n_since / max(now - t_last, 1e-9)
                 t_last, n_since = now, 0
@@ -420,21 +481,32 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                 raise TrainingDiverged(f"training diverged at step {step_no}: non-finite loss or gradient "
                                        f"(loss={float(host.get('loss', np.nan)):.4g}, "
                                        f"grad_norm={float(host.get('grad_norm', np.nan)):.4g}); {kept} in {out}")
-            rs = host.get("repr_std")
-            if rs is not None and float(rs) < config.collapse_threshold and not collapse_reported:
-                collapse_reported = True
-                summary["collapse_suspected_at"] = step_no
-                cb.on_log(f"step {step_no}: repr_std {float(rs):.3g} < {config.collapse_threshold:g}: "
-                          "the encoder looks collapsed (constant representations)")
+            if not collapse_reported:
+                sign = collapse_sign(host, config)
+                if sign:
+                    collapse_reported = True
+                    summary["collapse_suspected_at"] = step_no
+                    cb.on_log(f"step {step_no}: {sign}")
 
         # Metrics are read one step late: step i+1 is dispatched (and its batch loaded) while step i
         # still runs, so the host never idles the device. Before a checkpoint, the pending step's
         # metrics are read first, so a diverged state is never saved.
         pending: tuple[int, dict] | None = None
+        probe_results: dict[int, dict[str, float]] = {}
+        if plan.probe is not None and start_step == 0:  # the random initialisation's score: the baseline
+            row = {"step": 0, **run_probe(plan.probe, objective, state, out)}
+            if metrics_file:
+                metrics_file.write(json.dumps(row) + "\n")
+                metrics_file.flush()
+            summary["probe"] = row
+            cb.on_log(f"step 0: k-NN top-1 {row['knn_top1']:.4f}, top-5 {row['knn_top5']:.4f} (the initialisation)")
+            t_last = time.perf_counter()
         for i in range(start_step, steps):
             batch = next(loader)
             state, metrics = step_fn(state, batch)
             step_no = i + 1
+            if plan.probe is not None and config.probe_every and step_no % config.probe_every == 0:
+                probe_results[step_no] = run_probe(plan.probe, objective, state, out)
             if pending is not None:
                 record_metrics(*pending)
             pending = (step_no, metrics)

@@ -1,0 +1,100 @@
+"""The k-NN probe inside `jepa train` (`--probe-every N --probe-data TRAIN.zarr,TEST.zarr`).
+
+Every N updates the trainer hands the target (EMA) encoder's parameters to an `OnlineProbe`, which
+encodes both labelled datasets exactly as `jepa encode-latents` does (the objective's evaluation
+transform, mean-pooled float32 features of the last layer) and scores TEST with `knn_probe` as
+`jepa probe knn` does (cosine, DINO's temperature-weighted vote). So the curve in metrics.jsonl
+(`knn_top1`, `knn_top5`) equals `jepa probe knn` on that checkpoint's embeddings, and shows whether
+the representation improves, not only whether the loss falls.
+
+Both datasets are read once and kept in memory after the transform: use a few thousand samples
+(a held-out slice from `jepa ingest --limit`), not the full training set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jepa_cli.data import store
+from jepa_cli.errors import InputError
+
+ENCODE_BATCH = 128  # encode-latents' default --batch-size: the same padding, the same programs
+
+
+def parse_probe_data(value: str | None) -> tuple[Path, Path]:
+    """'TRAIN.zarr,TEST.zarr' -> the two paths; InputError for anything else."""
+    parts = [p.strip() for p in (value or "").split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise InputError(f"--probe-data must be TRAIN.zarr,TEST.zarr (two labelled datasets), got {value!r}")
+    return Path(parts[0]), Path(parts[1])
+
+
+class OnlineProbe:
+    """k-NN top-1/top-5 of an encoder's features on two labelled datasets, read once.
+
+    `objective` supplies `encode(params, images)` and `eval_transform(image_size)`; `channels` is
+    the run's (images of another channel count are refused up front)."""
+
+    def __init__(self, objective: Any, probe_data: str, k: int = 20, image_size: Any = None,
+                 channels: int | None = None):
+        import jax
+
+        from jepa_cli.evaluation.encode import _check_channels, _prepare, pooled_features, source_attributes
+
+        if not callable(getattr(objective, "encode", None)):
+            raise InputError(f"--probe-every: objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
+        train_path, test_path = parse_probe_data(probe_data)
+        transform = objective.eval_transform(image_size)
+        sets = []
+        for path in (train_path, test_path):
+            if not path.exists():
+                raise InputError(f"--probe-data: {path}: no such dataset")
+            attrs = source_attributes(path)
+            if not (path / "labels").exists():
+                raise InputError(f"--probe-data: {path}: has no labels; a probe needs a labelled dataset")
+            _check_channels(path, attrs, channels, Path("the run"))
+            raw = store.read_array(path / "inputs")
+            labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
+            if len(raw) == 0 or len(raw) != len(labels):
+                raise InputError(f"--probe-data: {path}: {len(raw)} samples and {len(labels)} labels")
+            modality = attrs.get("modality", "image")
+            batch = min(ENCODE_BATCH, len(raw))  # as encode_dataset pads
+            batches = [_prepare(raw[a:a + batch], transform, batch, modality) for a in range(0, len(raw), batch)]
+            sets.append((batches, len(raw), labels, list(attrs.get("class_names") or [])))
+        (self._train, n_train, self.train_labels, names), (self._test, _, self.test_labels, _) = sets
+        if n_train < k:
+            raise InputError(f"--probe-data: {train_path}: {n_train} samples, fewer than k={k}")
+        if len(np.unique(self.train_labels)) < 2:
+            raise InputError(f"--probe-data: {train_path}: a probe needs at least two classes")
+        self.num_classes = max(int(max(self.train_labels.max(), self.test_labels.max())) + 1, len(names))
+        self.k = k
+        self._features = jax.jit(pooled_features(objective.encode, "mean"))
+        self._counts = (n_train, len(self.test_labels))
+
+    def check(self, encoder_params: Any) -> None:
+        """Traces the encoder on abstract values: a sample shape the encoder cannot take fails here,
+        before training starts, as an InputError."""
+        import jax
+
+        x = self._train[0]
+        try:
+            jax.eval_shape(self._features, encoder_params, jax.ShapeDtypeStruct(x.shape, x.dtype))
+        except Exception as exc:  # noqa: BLE001 - a wrong sample shape is the user's input
+            raise InputError(f"--probe-data: the encoder cannot take samples of shape {list(x.shape[1:])} "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
+
+    def features(self, encoder_params: Any, which: str) -> np.ndarray:
+        """float32 [N, D] features of the train or test set."""
+        batches, n = (self._train, self._counts[0]) if which == "train" else (self._test, self._counts[1])
+        return np.concatenate([np.asarray(self._features(encoder_params, x)) for x in batches])[:n]
+
+    def __call__(self, encoder_params: Any) -> dict[str, float]:
+        """{'knn_top1', 'knn_top5'} (fractions) of the k-NN probe on these parameters' features."""
+        from jepa_cli.evaluation.knn import knn_probe
+
+        out = knn_probe(self.features(encoder_params, "train"), self.train_labels,
+                        self.features(encoder_params, "test"), self.test_labels, self.num_classes, k=self.k)
+        return {"knn_top1": out["top1"], "knn_top5": out["top5"]}
