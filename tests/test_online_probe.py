@@ -66,6 +66,25 @@ def test_training_time_knn_equals_jepa_probe_knn_on_the_checkpoints_embeddings(p
     assert (online["knn_top1"], online["knn_top5"]) == (offline["top1"], offline["top5"])
 
 
+def test_probe_run_step_all_gives_the_training_time_curve_after_the_fact(probed, run_cli):
+    result = run_cli("probe", "knn", probed["probe_train"], probed["probe_test"], "--run", probed["run"],
+                     "--step", "all", "--k", "5", "--json")
+    assert result.exit_code == 0, result.stderr
+    after = {row["step"]: (row["top1"], row["top5"]) for row in json.loads(result.stdout)["results"]}
+    online = {row["step"]: (row["knn_top1"], row["knn_top5"]) for row in probed["rows"] if "knn_top1" in row}
+    assert sorted(after) == [2, 4]
+    assert all(after[step] == online[step] for step in after)
+
+
+def test_probe_run_with_attentive_or_step_without_run_is_one_line(probed, run_cli):
+    assert_user_error(run_cli("probe", "attentive", probed["probe_train"], probed["probe_test"], "--run",
+                              probed["run"]), "knn or linear")
+    assert_user_error(run_cli("probe", "knn", probed["probe_train"], probed["probe_test"], "--step", "all"),
+                      "--step needs --run")
+    assert_user_error(run_cli("probe", "knn", probed["probe_train"], probed["probe_test"], "--run", probed["run"],
+                              "--step", "7"), "no checkpoint at step 7")
+
+
 def _refused(run_cli, tmp_path, *extra, fragments=()):
     data = image_dataset(tmp_path / "data.zarr", n=40)
     out = tmp_path / "run"

@@ -24,9 +24,13 @@ from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stder
 @click.option("--allow-mismatch", is_flag=True,
               help="Probe TRAIN and TEST even if they were encoded differently (run, step, weights, pool, layers).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the held-out split / probe init.")
+@click.option("--run", "run_dir", type=click.Path(path_type=str), default=None,
+              help="Probe RUN's target encoder on TRAIN and TEST as image (or audio, video) datasets, encoded in memory.")
+@click.option("--step", "step", default=None, metavar="N|all",
+              help="With --run: the checkpoint to probe (default: the latest), or all of them, oldest first.")
 @output_options
-def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, allow_mismatch, seed, as_json,
-            verbose, quiet):
+def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, allow_mismatch, seed, run_dir,
+            step, as_json, verbose, quiet):
     """Score frozen features with a linear, k-NN or attentive probe.
 
     Features are the `inputs` of latent datasets (from encode-latents), or of any dataset with
@@ -38,6 +42,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     Examples:
       jepa probe linear emb-train.zarr emb-test.zarr --json
       jepa probe knn digits-train.zarr digits-test.zarr --raw --k 20
+      jepa probe knn digits-train.zarr digits-test.zarr --run runs/digits --step all --json
     """
     import time
 
@@ -45,6 +50,9 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     from jepa_cli.errors import InputError
 
     console = stderr_console(quiet or as_json and not verbose)
+    if run_dir is not None or step is not None:
+        return _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json,
+                          console)
     tokens = probe == "attentive"
     tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens,
                                                     min_train=k if probe == "knn" else 1, allow_mismatch=allow_mismatch)
@@ -94,5 +102,38 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
             for row in r["per_class"]:
                 table.add_row(str(row["class"]), row["name"], str(row["n"]), f"{row['top1']:.4f}")
             Console().print(table)
+
+    emit(result, as_json, human)
+
+
+def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json, console):
+    """`--run RUN [--step N|all]`: one result per checkpoint (evaluation/online.py probe_run)."""
+    from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.online import probe_run
+
+    if run_dir is None:
+        raise InputError("--step needs --run RUN")
+    if probe == "attentive" or raw or per_class:
+        raise InputError("--run probes the encoder's mean-pooled features with knn or linear (no attentive, "
+                         "--raw or --per-class)")
+    if step is not None and step != "all":
+        if not step.isdigit():
+            raise InputError(f"--step must be a checkpoint step or 'all', got {step!r}")
+        step = int(step)
+    rows = probe_run(run_dir, train, test, probe, step, k=k, temperature=temperature, vote=vote, seed=seed,
+                     on_result=lambda r: console.log(f"step {r['step']}: top-1 {r['top1']:.4f}, top-5 {r['top5']:.4f}"))
+    result = {"probe": probe, "run": run_dir, "train": train, "test": test, "weights": "target",
+              "k": k if probe == "knn" else None, "results": rows}
+
+    def human(r):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{probe} probe of {run_dir}'s target encoder")
+        for col in ("step", "top1", "top5"):
+            table.add_column(col)
+        for row in r["results"]:
+            table.add_row(str(row["step"]), f"{row['top1']:.4f}", f"{row['top5']:.4f}")
+        Console().print(table)
 
     emit(result, as_json, human)

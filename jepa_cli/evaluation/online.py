@@ -38,37 +38,37 @@ class OnlineProbe:
     `objective` supplies `encode(params, images)` and `eval_transform(image_size)`; `channels` is
     the run's (images of another channel count are refused up front)."""
 
-    def __init__(self, objective: Any, probe_data: str, k: int = 20, image_size: Any = None,
-                 channels: int | None = None):
+    def __init__(self, objective: Any, train_path: str | Path, test_path: str | Path, k: int = 20,
+                 image_size: Any = None, channels: int | None = None, what: str = "--probe-data"):
         import jax
 
         from jepa_cli.evaluation.encode import _check_channels, _prepare, pooled_features, source_attributes
 
         if not callable(getattr(objective, "encode", None)):
-            raise InputError(f"--probe-every: objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
-        train_path, test_path = parse_probe_data(probe_data)
+            raise InputError(f"objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
+        train_path, test_path = Path(train_path), Path(test_path)
         transform = objective.eval_transform(image_size)
         sets = []
         for path in (train_path, test_path):
             if not path.exists():
-                raise InputError(f"--probe-data: {path}: no such dataset")
+                raise InputError(f"{what}: {path}: no such dataset")
             attrs = source_attributes(path)
             if not (path / "labels").exists():
-                raise InputError(f"--probe-data: {path}: has no labels; a probe needs a labelled dataset")
+                raise InputError(f"{what}: {path}: has no labels; a probe needs a labelled dataset")
             _check_channels(path, attrs, channels, Path("the run"))
             raw = store.read_array(path / "inputs")
             labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
             if len(raw) == 0 or len(raw) != len(labels):
-                raise InputError(f"--probe-data: {path}: {len(raw)} samples and {len(labels)} labels")
+                raise InputError(f"{what}: {path}: {len(raw)} samples and {len(labels)} labels")
             modality = attrs.get("modality", "image")
             batch = min(ENCODE_BATCH, len(raw))  # as encode_dataset pads
             batches = [_prepare(raw[a:a + batch], transform, batch, modality) for a in range(0, len(raw), batch)]
             sets.append((batches, len(raw), labels, list(attrs.get("class_names") or [])))
         (self._train, n_train, self.train_labels, names), (self._test, _, self.test_labels, _) = sets
         if n_train < k:
-            raise InputError(f"--probe-data: {train_path}: {n_train} samples, fewer than k={k}")
+            raise InputError(f"{what}: {train_path}: {n_train} samples, fewer than k={k}")
         if len(np.unique(self.train_labels)) < 2:
-            raise InputError(f"--probe-data: {train_path}: a probe needs at least two classes")
+            raise InputError(f"{what}: {train_path}: a probe needs at least two classes")
         self.num_classes = max(int(max(self.train_labels.max(), self.test_labels.max())) + 1, len(names))
         self.k = k
         self._features = jax.jit(pooled_features(objective.encode, "mean"))
@@ -83,7 +83,7 @@ class OnlineProbe:
         try:
             jax.eval_shape(self._features, encoder_params, jax.ShapeDtypeStruct(x.shape, x.dtype))
         except Exception as exc:  # noqa: BLE001 - a wrong sample shape is the user's input
-            raise InputError(f"--probe-data: the encoder cannot take samples of shape {list(x.shape[1:])} "
+            raise InputError(f"the encoder cannot take the probe's samples of shape {list(x.shape[1:])} "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
 
     def features(self, encoder_params: Any, which: str) -> np.ndarray:
@@ -98,3 +98,46 @@ class OnlineProbe:
         out = knn_probe(self.features(encoder_params, "train"), self.train_labels,
                         self.features(encoder_params, "test"), self.test_labels, self.num_classes, k=self.k)
         return {"knn_top1": out["top1"], "knn_top5": out["top5"]}
+
+
+def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: str = "knn", step: int | str | None = None,
+              k: int = 20, temperature: float = 0.07, vote: str = "weighted", seed: int = 0,
+              on_result: Any = None) -> list[dict[str, Any]]:
+    """`jepa probe knn|linear TRAIN TEST --run RUN --step N|all`: the probe of the target encoder
+    of RUN's checkpoint `step` (None: the latest; "all": every one, oldest first) on the datasets
+    TRAIN and TEST, encoded as `jepa encode-latents` would. One {'step', 'top1', 'top5', ...} per
+    checkpoint; `on_result(row)` is called as each is done. A checkpoint's k-NN equals the
+    training-time probe's `knn_top1` at that step for the same datasets and k."""
+    from jepa_cli.evaluation.encode import select_encoder
+    from jepa_cli.evaluation.knn import knn_probe
+    from jepa_cli.evaluation.linear import linear_probe
+    from jepa_cli.training.run import checkpoint_steps, load_run
+
+    if kind not in ("knn", "linear"):
+        raise InputError(f"--run probes with knn or linear, not {kind!r}")
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").exists():
+        raise InputError(f"{run_dir}: not a training run (no run.json)")
+    steps: list[int | None] = list(checkpoint_steps(run_dir)) if step == "all" else [step]
+    if not steps:
+        raise InputError(f"{run_dir}: holds no checkpoint yet")
+    probe, rows = None, []
+    for want in steps:
+        config, objective, host, got = load_run(run_dir, want)
+        if probe is None:
+            model = config.get("objective_config") or {}
+            probe = OnlineProbe(objective, train, test, k if kind == "knn" else 1, model.get("image_size"),
+                                model.get("channels"), what=str(run_dir))
+        encoder = select_encoder(objective, host, "target", run_dir)
+        x_train, x_test = probe.features(encoder, "train"), probe.features(encoder, "test")
+        if kind == "knn":
+            out = knn_probe(x_train, probe.train_labels, x_test, probe.test_labels, probe.num_classes, k=k,
+                            temperature=temperature, vote=vote)
+        else:
+            out = linear_probe(x_train, probe.train_labels, x_test, probe.test_labels, probe.num_classes, seed=seed)
+        out.pop("predictions")
+        row = {"step": got, **out}
+        rows.append(row)
+        if on_result:
+            on_result(row)
+    return rows

@@ -46,7 +46,7 @@ class TrainConfig:
     async_checkpointing: bool = True
     log_every: int = 1
     collapse_threshold: float = 1e-4  # repr_std or target_std below this is reported as a suspected collapse
-    collapse_rank_threshold: float = 2.0  # effective_rank below this (batches of 5+) is reported too
+    collapse_rank_threshold: float = 2.0  # effective_rank falling below this (batches of 5+) is reported too
     num_threads: int = 2  # grain reader threads
     # the k-NN probe of the target encoder during training (evaluation/online.py)
     probe_every: int | None = None  # None: no probe; N: every N updates (and at step 0 of a new run)

@@ -230,10 +230,12 @@ def run_probe(probe: Callable, objective, state, out: Path) -> dict[str, float]:
     return {**scores, "probe_seconds": time.perf_counter() - start}
 
 
-def collapse_sign(metrics: dict[str, Any], config) -> str | None:
+def collapse_sign(metrics: dict[str, Any], config, rank_was_above: bool = True) -> str | None:
     """Why one update's metrics look like a collapse (a sentence), or None. Constant features:
-    `repr_std` (context) or `target_std` below `collapse_threshold`; dimensional collapse:
-    `effective_rank` of the target features below `collapse_rank_threshold`, tested only on
+    `repr_std` (context) or `target_std` below `collapse_threshold`. Dimensional collapse:
+    `effective_rank` of the target features fallen below `collapse_rank_threshold` after it was
+    above it in this run (`rank_was_above`: a randomly initialised ViT's mean-pooled features
+    span about 2 dimensions, which is where training starts, not a collapse), tested only on
     batches of 5 or more (a batch of B spans at most B - 1 dimensions)."""
     for key in ("repr_std", "target_std"):
         value = metrics.get(key)
@@ -242,9 +244,9 @@ def collapse_sign(metrics: dict[str, Any], config) -> str | None:
                     "(constant representations)")
     rank = metrics.get("effective_rank")
     micro_batch = config.batch_size // config.grad_accum
-    if rank is not None and micro_batch >= 5 and float(rank) < config.collapse_rank_threshold:
-        return (f"effective_rank {float(rank):.3g} < {config.collapse_rank_threshold:g}: the target features "
-                "span fewer dimensions than that (a dimensional collapse)")
+    if rank is not None and rank_was_above and micro_batch >= 5 and float(rank) < config.collapse_rank_threshold:
+        return (f"effective_rank {float(rank):.3g} fell below {config.collapse_rank_threshold:g}: the target "
+                "features span fewer dimensions than that (a dimensional collapse)")
     return None
 
 
@@ -336,10 +338,10 @@ def _make_probe(config: TrainConfig, objective, abstract, out: Path):
     if jax.process_count() > 1:
         raise InputError("--probe-every runs in single-process training only (probe the checkpoints with "
                          "`jepa encode-latents` and `jepa probe knn` instead)")
-    from jepa_cli.evaluation.online import OnlineProbe
+    from jepa_cli.evaluation.online import OnlineProbe, parse_probe_data
 
-    probe = OnlineProbe(objective, config.probe_data, config.probe_k, config.objective_config.get("image_size"),
-                        config.objective_config.get("channels"))
+    probe = OnlineProbe(objective, *parse_probe_data(config.probe_data), config.probe_k,
+                        config.objective_config.get("image_size"), config.objective_config.get("channels"))
     probe.check(_probed_encoder(objective, abstract, out))
     return probe
 
@@ -444,6 +446,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
     last: dict[str, Any] = {}
     saved_at = start_step if ckpts.latest_step() == start_step and ckpts.latest_step() is not None else None
     collapse_reported = False
+    rank_was_above = False  # effective_rank has been >= collapse_rank_threshold in this process
     metrics_file = open(out / METRICS_FILE, "a") if main else None
     try:
         if start_step == 0 and steps == 0:
@@ -453,7 +456,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
 
         def record_metrics(step_no: int, metrics: dict) -> None:
             """Logs one step's metrics; stops on divergence (called one step late, see below)."""
-            nonlocal t_last, n_since, last, collapse_reported
+            nonlocal t_last, n_since, last, collapse_reported, rank_was_above
             n_since += config.batch_size  # counted here, not at dispatch: rows are written one step late
             host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
             finite = bool(host.pop("finite"))
@@ -482,11 +485,13 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                                        f"(loss={float(host.get('loss', np.nan)):.4g}, "
                                        f"grad_norm={float(host.get('grad_norm', np.nan)):.4g}); {kept} in {out}")
             if not collapse_reported:
-                sign = collapse_sign(host, config)
+                sign = collapse_sign(host, config, rank_was_above)
                 if sign:
                     collapse_reported = True
                     summary["collapse_suspected_at"] = step_no
                     cb.on_log(f"step {step_no}: {sign}")
+            rank = host.get("effective_rank")
+            rank_was_above = rank_was_above or (rank is not None and float(rank) >= config.collapse_rank_threshold)
 
         # Metrics are read one step late: step i+1 is dispatched (and its batch loaded) while step i
         # still runs, so the host never idles the device. Before a checkpoint, the pending step's
