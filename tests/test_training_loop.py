@@ -147,15 +147,16 @@ def test_divergence_keeps_last_good_checkpoint(dataset, tmp_path):
     assert load_run(run)[3] == 4
 
 
-def test_a_dimensional_collapse_is_a_fall_of_the_effective_rank_on_batches_of_five_or_more():
+def test_a_dimensional_collapse_is_a_fall_of_the_effective_rank_below_0_7_of_its_peak():
     from jepa_cli.training.loop import collapse_sign
 
-    healthy = {"repr_std": 0.5, "target_std": 0.4, "effective_rank": 6.0}
-    flat = {**healthy, "effective_rank": 1.3}
-    assert collapse_sign(healthy, TrainConfig(batch_size=8)) is None
-    assert "effective_rank 1.3 fell below 2" in collapse_sign(flat, TrainConfig(batch_size=8))
-    assert collapse_sign(flat, TrainConfig(batch_size=8), rank_was_above=False) is None  # where a random init starts
-    assert collapse_sign(flat, TrainConfig(batch_size=8, grad_accum=2)) is None  # micro-batch 4: spans <= 3
+    healthy = {"repr_std": 0.5, "target_std": 0.4, "effective_rank": 1.3}
+    assert collapse_sign(healthy, TrainConfig(batch_size=8), rank_peak=None) is None  # the first row: no peak yet
+    assert collapse_sign(healthy, TrainConfig(batch_size=8), rank_peak=1.8) is None  # 1.3 >= 0.7 x 1.8 = 1.26
+    assert "effective_rank 1.2 fell below 0.7 x its peak 1.8" in collapse_sign(
+        {**healthy, "effective_rank": 1.2}, TrainConfig(batch_size=8), rank_peak=1.8)
+    assert collapse_sign({**healthy, "effective_rank": 1.2}, TrainConfig(batch_size=8, grad_accum=2),
+                         rank_peak=1.8) is None  # micro-batch 4: spans at most 3 dimensions
     assert "target_std 0 <" in collapse_sign({**healthy, "target_std": 0.0}, TrainConfig(batch_size=8))
 
 

@@ -46,7 +46,7 @@ class TrainConfig:
     async_checkpointing: bool = True
     log_every: int = 1
     collapse_threshold: float = 1e-4  # repr_std or target_std below this is reported as a suspected collapse
-    collapse_rank_threshold: float = 2.0  # effective_rank falling below this (batches of 5+) is reported too
+    collapse_rank_fraction: float = 0.7  # effective_rank below this x its peak so far is reported too
     num_threads: int = 2  # grain reader threads
     # the k-NN probe of the target encoder during training (evaluation/online.py)
     probe_every: int | None = None  # None: no probe; N: every N updates (and at step 0 of a new run)
@@ -189,7 +189,7 @@ RULES: dict[str, _Rule] = {
     "async_checkpointing": _Rule("bool"),
     "log_every": _Rule("int", 1),
     "collapse_threshold": _Rule("float", 0),
-    "collapse_rank_threshold": _Rule("float", 0),
+    "collapse_rank_fraction": _Rule("float", 0, 1),
     "num_threads": _Rule("int", 1),
     "probe_every": _Rule("int", 1, nullable=True),
     "probe_data": _Rule("str", nullable=True),

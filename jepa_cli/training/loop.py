@@ -230,23 +230,24 @@ def run_probe(probe: Callable, objective, state, out: Path) -> dict[str, float]:
     return {**scores, "probe_seconds": time.perf_counter() - start}
 
 
-def collapse_sign(metrics: dict[str, Any], config, rank_was_above: bool = True) -> str | None:
+def collapse_sign(metrics: dict[str, Any], config, rank_peak: float | None = None) -> str | None:
     """Why one update's metrics look like a collapse (a sentence), or None. Constant features:
     `repr_std` (context) or `target_std` below `collapse_threshold`. Dimensional collapse:
-    `effective_rank` of the target features fallen below `collapse_rank_threshold` after it was
-    above it in this run (`rank_was_above`: a randomly initialised ViT's mean-pooled features
-    span about 2 dimensions, which is where training starts, not a collapse), tested only on
-    batches of 5 or more (a batch of B spans at most B - 1 dimensions)."""
+    `effective_rank` of the target features fallen below `collapse_rank_fraction` of `rank_peak`,
+    the highest it reached earlier in this run; relative, because a randomly initialised ViT's
+    mean-pooled features already span only about 2 dimensions. Tested on batches of 5 or more
+    (a batch of B spans at most B - 1 dimensions)."""
     for key in ("repr_std", "target_std"):
         value = metrics.get(key)
         if value is not None and float(value) < config.collapse_threshold:
             return (f"{key} {float(value):.3g} < {config.collapse_threshold:g}: the encoder looks collapsed "
                     "(constant representations)")
     rank = metrics.get("effective_rank")
-    micro_batch = config.batch_size // config.grad_accum
-    if rank is not None and rank_was_above and micro_batch >= 5 and float(rank) < config.collapse_rank_threshold:
-        return (f"effective_rank {float(rank):.3g} fell below {config.collapse_rank_threshold:g}: the target "
-                "features span fewer dimensions than that (a dimensional collapse)")
+    if rank is None or rank_peak is None or config.batch_size // config.grad_accum < 5:
+        return None
+    if float(rank) < config.collapse_rank_fraction * rank_peak:
+        return (f"effective_rank {float(rank):.3g} fell below {config.collapse_rank_fraction:g} x its peak "
+                f"{rank_peak:.3g}: the target features span fewer and fewer dimensions (a dimensional collapse)")
     return None
 
 
@@ -446,7 +447,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
     last: dict[str, Any] = {}
     saved_at = start_step if ckpts.latest_step() == start_step and ckpts.latest_step() is not None else None
     collapse_reported = False
-    rank_was_above = False  # effective_rank has been >= collapse_rank_threshold in this process
+    rank_peak: float | None = None  # the highest effective_rank logged in this process
     metrics_file = open(out / METRICS_FILE, "a") if main else None
     try:
         if start_step == 0 and steps == 0:
@@ -456,7 +457,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
 
         def record_metrics(step_no: int, metrics: dict) -> None:
             """Logs one step's metrics; stops on divergence (called one step late, see below)."""
-            nonlocal t_last, n_since, last, collapse_reported, rank_was_above
+            nonlocal t_last, n_since, last, collapse_reported, rank_peak
             n_since += config.batch_size  # counted here, not at dispatch: rows are written one step late
             host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
             finite = bool(host.pop("finite"))
@@ -485,13 +486,14 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                                        f"(loss={float(host.get('loss', np.nan)):.4g}, "
                                        f"grad_norm={float(host.get('grad_norm', np.nan)):.4g}); {kept} in {out}")
             if not collapse_reported:
-                sign = collapse_sign(host, config, rank_was_above)
+                sign = collapse_sign(host, config, rank_peak)
                 if sign:
                     collapse_reported = True
                     summary["collapse_suspected_at"] = step_no
                     cb.on_log(f"step {step_no}: {sign}")
             rank = host.get("effective_rank")
-            rank_was_above = rank_was_above or (rank is not None and float(rank) >= config.collapse_rank_threshold)
+            if rank is not None and np.isfinite(rank):
+                rank_peak = max(float(rank), rank_peak or 0.0)
 
         # Metrics are read one step late: step i+1 is dispatched (and its batch loaded) while step i
         # still runs, so the host never idles the device. Before a checkpoint, the pending step's
