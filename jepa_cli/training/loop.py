@@ -233,8 +233,9 @@ def run_probe(probe: Callable, objective, state, out: Path) -> dict[str, float]:
 def collapse_sign(metrics: dict[str, Any], config, rank_peak: float | None = None) -> str | None:
     """Why one update's metrics look like a collapse (a sentence), or None. Constant features:
     `repr_std` (context) or `target_std` below `collapse_threshold`. Dimensional collapse:
-    `effective_rank` of the target features fallen below `collapse_rank_fraction` of `rank_peak`,
-    the highest it reached earlier in this run; relative, because a randomly initialised ViT's
+    `effective_rank` of the target features (the trainer passes its average over about the last
+    20 updates) fallen below `collapse_rank_fraction` of `rank_peak`, the highest that average
+    reached earlier in this run; relative, because a randomly initialised ViT's
     mean-pooled features already span only about 2 dimensions. Tested on batches of 5 or more
     (a batch of B spans at most B - 1 dimensions)."""
     for key in ("repr_std", "target_std"):
@@ -447,7 +448,8 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
     last: dict[str, Any] = {}
     saved_at = start_step if ckpts.latest_step() == start_step and ckpts.latest_step() is not None else None
     collapse_reported = False
-    rank_peak: float | None = None  # the highest effective_rank logged in this process
+    rank_peak: float | None = None  # the highest smoothed effective_rank in this process
+    rank_smooth: float | None = None  # effective_rank averaged over about the last 20 updates (one batch is noisy)
     metrics_file = open(out / METRICS_FILE, "a") if main else None
     try:
         if start_step == 0 and steps == 0:
@@ -457,7 +459,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
 
         def record_metrics(step_no: int, metrics: dict) -> None:
             """Logs one step's metrics; stops on divergence (called one step late, see below)."""
-            nonlocal t_last, n_since, last, collapse_reported, rank_peak
+            nonlocal t_last, n_since, last, collapse_reported, rank_peak, rank_smooth
             n_since += config.batch_size  # counted here, not at dispatch: rows are written one step late
             host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
             finite = bool(host.pop("finite"))
@@ -485,15 +487,17 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                 raise TrainingDiverged(f"training diverged at step {step_no}: non-finite loss or gradient "
                                        f"(loss={float(host.get('loss', np.nan)):.4g}, "
                                        f"grad_norm={float(host.get('grad_norm', np.nan)):.4g}); {kept} in {out}")
+            rank = host.get("effective_rank")
+            if rank is not None and np.isfinite(rank):
+                rank_smooth = float(rank) if rank_smooth is None else 0.95 * rank_smooth + 0.05 * float(rank)
             if not collapse_reported:
-                sign = collapse_sign(host, config, rank_peak)
+                sign = collapse_sign({**host, "effective_rank": rank_smooth}, config, rank_peak)
                 if sign:
                     collapse_reported = True
                     summary["collapse_suspected_at"] = step_no
                     cb.on_log(f"step {step_no}: {sign}")
-            rank = host.get("effective_rank")
-            if rank is not None and np.isfinite(rank):
-                rank_peak = max(float(rank), rank_peak or 0.0)
+            if rank_smooth is not None:
+                rank_peak = max(rank_smooth, rank_peak or 0.0)
 
         # Metrics are read one step late: step i+1 is dispatched (and its batch loaded) while step i
         # still runs, so the host never idles the device. Before a checkpoint, the pending step's
