@@ -55,3 +55,18 @@ def test_committed_completion_scripts_are_current(run_cli, shell):
     committed = (ROOT / "shell-completions" / f"jepa.{shell}").read_text()
     assert run_cli("completion", shell).stdout == committed, \
         f"shell-completions/jepa.{shell} is stale: regenerate with `jepa completion {shell} > shell-completions/jepa.{shell}`"
+
+
+def test_env_reports_the_backend_devices_and_versions():
+    import json
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=3", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-m", "jepa_cli", "env", "--json"], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["backend"], report["device_count"], report["process_count"]) == ("cpu", 3, 1)
+    assert [d["id"] for d in report["devices"]] == [0, 1, 2]
+    import jax
+
+    assert report["versions"]["jax"] == jax.__version__

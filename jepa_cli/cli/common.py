@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
@@ -41,11 +42,22 @@ def stderr_console(quiet: bool = False):
     return Console(stderr=True, quiet=quiet)
 
 
-def stderr_log(quiet: bool = False) -> Callable[[str], None]:
-    """A `log` callback for library code: each message one plain line on stderr (no markup, no
-    wrapping), nothing with --quiet."""
-    console = stderr_console(quiet)
+def stderr_log(quiet: bool = False, console=None) -> Callable[[str], None]:
+    """A `log` callback: each message one plain line on stderr (no markup, no wrapping, no rich
+    source tags), nothing with --quiet. Pass the console of a live progress bar so that the line
+    is printed above the bar instead of through it."""
+    console = console or stderr_console(quiet)
     return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def format_duration(seconds: float) -> str:
+    """12 -> '12s', 83 -> '1m23s', 7322 -> '2h02m'."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def warn(message: str, quiet: bool = False) -> None:
@@ -99,19 +111,45 @@ def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
 
 
 class ProgressHandle:
-    """Callable `advance(n)`; `set_total(n)` once the size of the work is known."""
+    """Callable `advance(n)`; `set_total(n)` once the size of the work is known.
 
-    def __init__(self, progress, task, unit: str) -> None:
+    On a terminal it moves the bar. When stderr is a file or a pipe (SLURM, nohup, `2>log`) the bar is
+    not drawn; instead one plain line `DESCRIPTION: DONE/TOTAL UNIT, RATE UNIT/s, ETA` is written at
+    every tenth of the total and at least every `PLAIN_EVERY_S` seconds."""
+
+    PLAIN_EVERY_S = 30.0
+
+    def __init__(self, progress, task, unit: str, quiet: bool = False) -> None:
         self._progress, self._task, self._unit = progress, task, unit
+        self._plain = not quiet and progress.disable and progress.console.is_terminal is False
+        self.log = stderr_log(quiet, progress.console)  # a plain line above the bar
+        self._start = self._last_line = time.monotonic()
+        self._done = 0
+        self._tenth_logged = 0
 
     def __call__(self, n: int = 1) -> None:
         self._progress.advance(self._task, n)
+        self._done += n
         speed = self._progress.tasks[0].speed
         if speed:
             self._progress.update(self._task, rate=f"{speed:,.0f} {self._unit}/s")
+        if self._plain:
+            self._plain_line()
 
     def set_total(self, total: int) -> None:
         self._progress.update(self._task, total=total)
+
+    def _plain_line(self) -> None:
+        now = time.monotonic()
+        total = self._progress.tasks[0].total
+        tenth = int(10 * self._done / total) if total else 0
+        if tenth <= self._tenth_logged and now - self._last_line < self.PLAIN_EVERY_S:
+            return
+        self._tenth_logged, self._last_line = max(tenth, self._tenth_logged), now
+        rate = self._done / max(now - self._start, 1e-9)
+        done = f"{self._done}/{total}" if total else f"{self._done}"
+        eta = f", ETA {format_duration((total - self._done) / rate)}" if total and rate > 0 else ""
+        self.log(f"{self._progress.tasks[0].description}: {done} {self._unit}, {rate:,.1f} {self._unit}/s{eta}")
 
 
 @contextlib.contextmanager
@@ -127,7 +165,7 @@ def progress_bar(description: str, total: int | None, unit: str, quiet: bool = F
         TimeRemainingColumn(),
     ]
     with live_progress(*columns, quiet=quiet) as progress:
-        yield ProgressHandle(progress, progress.add_task(description, total=total, rate=""), unit)
+        yield ProgressHandle(progress, progress.add_task(description, total=total, rate=""), unit, quiet=quiet)
 
 
 @contextlib.contextmanager

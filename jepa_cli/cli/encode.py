@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, progress_bar, stderr_console, warn
+from jepa_cli.cli.common import emit, output_options, progress_bar, warn
 
 
 @click.command("encode-latents")
@@ -42,7 +42,6 @@ def command(run, data, output, step, weights, pool, layers, batch_size, mesh, fo
 
     from jepa_cli.evaluation.encode import encode_run
 
-    console = stderr_console(quiet or as_json)
     total = None
     if (Path(data) / "inputs" / "zarr.json").exists():
         from jepa_cli.data.describe import array_summary
@@ -54,7 +53,7 @@ def command(run, data, output, step, weights, pool, layers, batch_size, mesh, fo
         def on_start(n, done):
             state["resumed"] = done
             if done:
-                console.log(f"resuming: {done} of {n} samples already encoded")
+                advance.log(f"resuming: {done} of {n} samples already encoded")
 
         summary = encode_run(run, data, output, step=step, weights=weights, pool=pool, layers=layers,
                              batch_size=batch_size, mesh=mesh, force=force, on_progress=advance, on_start=on_start,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, stderr_console
+from jepa_cli.cli.common import emit, output_options, stderr_log
 
 
 @click.command("import-checkpoint")
@@ -47,12 +47,12 @@ def command(checkpoint, output, objective, model, patch_size, image_size, pred_d
     """
     from jepa_cli.training.import_official import ImportOptions, import_ijepa
 
-    console = stderr_console(quiet or as_json and not verbose)
+    log = stderr_log(quiet or as_json and not verbose)
     config = {"model": model, "patch_size": patch_size, "image_size": image_size, "pred_depth": pred_depth,
               "pred_width": pred_width, "width": width, "depth": depth, "heads": heads, "pred_heads": pred_heads}
     options = ImportOptions(objective_config={k: v for k, v in config.items() if v is not None}, ipe=ipe,
                             epochs=epochs)
-    result = import_ijepa(checkpoint, output, options, log=console.print)
+    result = import_ijepa(checkpoint, output, options, log=log)
     emit(result, as_json, lambda r: print(f"wrote {r['run']}: step {r['step']} (epoch {r['epoch']}), "
                                           f"{r['encoder_params']:,} encoder and {r['predictor_params']:,} "
                                           f"predictor parameters from {r['source']}"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_console, stderr_log
+from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_log
 
 TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
                   "dark_orange", "purple", "deep_pink2", "gold1"]
@@ -88,9 +88,9 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     from jepa_cli.masks.io import dense_layout, write_masks
     from jepa_cli.masks.stats import mask_stats
 
-    console = stderr_console(quiet)
+    log = stderr_log(quiet)
     if verbose:
-        console.log(f"sampling {batch} {strategy} masks on {jax.default_backend()}")
+        log(f"sampling {batch} {strategy} masks on {jax.default_backend()}")
     maskset = masks.sample(jax.random.PRNGKey(seed), config, batch)
     context, targets = masks.to_dense(maskset, config.num_patches)
     context, targets = dense_layout(config, np.asarray(context), np.asarray(targets))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_console, warn
+from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_log, warn
 
 
 @click.command("probe")
@@ -49,23 +49,23 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     from jepa_cli.evaluation import features as feats
     from jepa_cli.errors import InputError
 
-    console = stderr_console(quiet or as_json and not verbose)
+    log = stderr_log(quiet or as_json and not verbose)
     if run_dir is not None or step is not None:
         return _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json,
-                          console)
+                          log)
     tokens = probe == "attentive"
     tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens,
                                                     min_train=k if probe == "knn" else 1, allow_mismatch=allow_mismatch)
     if mismatch:
         warn(f"TRAIN and TEST were not encoded alike ({mismatch})", quiet)
     if verbose:  # an error may still follow, and an error must stay the only line on stderr
-        console.log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
+        log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
     start = time.perf_counter()
     if probe == "linear":
         from jepa_cli.evaluation.linear import linear_probe
 
         out = linear_probe(tr.x, tr.labels, te.x, te.labels, num_classes, seed=seed,
-                           on_step=lambda msg: console.log(msg) if verbose else None)
+                           on_step=lambda msg: log(msg) if verbose else None)
     elif probe == "knn":
         from jepa_cli.evaluation.knn import knn_probe
 
@@ -77,7 +77,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
         try:
             out = attentive_probe(tr.x, tr.labels, te.x, te.labels, num_classes, epochs=epochs,
                                   batch_size=batch_size or BATCH_SIZE, seed=seed,
-                                  on_epoch=lambda e, loss: console.log(f"epoch {e}: loss {loss:.4f}") if verbose else None)
+                                  on_epoch=lambda e, loss: log(f"epoch {e}: loss {loss:.4f}") if verbose else None)
         except ValueError as exc:
             raise InputError(str(exc)) from None
     predictions = out.pop("predictions")
@@ -106,7 +106,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     emit(result, as_json, human)
 
 
-def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json, console):
+def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json, log):
     """`--run RUN [--step N|all]`: one result per checkpoint (evaluation/online.py probe_run)."""
     from jepa_cli.errors import InputError
     from jepa_cli.evaluation.online import probe_run
@@ -121,7 +121,7 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
             raise InputError(f"--step must be a checkpoint step or 'all', got {step!r}")
         step = int(step)
     rows = probe_run(run_dir, train, test, probe, step, k=k, temperature=temperature, vote=vote, seed=seed,
-                     on_result=lambda r: console.log(f"step {r['step']}: top-1 {r['top1']:.4f}, top-5 {r['top5']:.4f}"))
+                     on_result=lambda r: log(f"step {r['step']}: top-1 {r['top1']:.4f}, top-5 {r['top5']:.4f}"))
     result = {"probe": probe, "run": run_dir, "train": train, "test": test, "weights": "target",
               "k": k if probe == "knn" else None, "results": rows}
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw
-from jepa_cli.errors import JepaError
+from jepa_cli.errors import InputError, JepaError
+from jepa_cli.names import COMPUTE_DTYPES, LOSSES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.objectives.genconfig import train_flags
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
@@ -33,37 +36,68 @@ def _generative_options(func):
 GENERATIVE_KEYS = tuple(name for name, *_ in train_flags())
 
 
+def _trainer_options(func):
+    """One option per trainer key, from its declaration (training/config.py TrainConfig): the flag, the
+    type, the help with its default. Every option defaults to None ("not given") so that the recipe
+    and JEPA_TRAIN_* layers below it show through."""
+    from jepa_cli.training.config import TRAINER_FIELDS
+
+    for field in reversed(TRAINER_FIELDS):
+        meta = field.metadata
+        rule = meta["rule"]
+        flag = meta["flag"] or "--" + field.name.replace("_", "-")
+        names = [*meta["aliases"], flag]
+        help_text = meta["help"] + (f" [default: {_shown(field.default)}]" if field.default is not None else "")
+        if rule.kind == "bool":
+            negative = "--no-" + flag[2:]
+            func = click.option(f"{flag}/{negative}", field.name, default=None, help=help_text)(func)
+            continue
+        kind = {"int": int, "float": float}.get(rule.kind, str)
+        if rule.choices:
+            kind = NameChoice(rule.choices, rule.allow_module)
+        func = click.option(*names, field.name, type=kind, default=None, help=help_text,
+                            metavar="B1,B2" if rule.kind == "betas" else None)(func)
+    return func
+
+
+def _shown(default) -> str:
+    if isinstance(default, tuple):
+        return ",".join(str(v) for v in default)
+    return str(default).lower() if isinstance(default, bool) else str(default)
+
+
+class NameChoice(click.Choice):
+    """A click.Choice (checked before JAX is imported, completed by the shell) that may also take a
+    'module:factory' name when the key allows one (an objective outside the package)."""
+
+    def __init__(self, choices, allow_module: bool = False) -> None:
+        super().__init__(choices)
+        self.allow_module = allow_module
+
+    def convert(self, value, param, ctx):
+        if self.allow_module and isinstance(value, str) and ":" in value:
+            return value
+        return super().convert(value, param, ctx)
+
+
 @click.command("train")
-@click.option("--objective", default=None,
-              help="What is learned: ijepa (default) | vjepa (video) | audio-jepa | flow | diffusion.")
-@click.option("--data", type=click.Path(), default=None, help="Dataset directory (zarr v3, from jepa ingest).")
-@click.option("--out", type=click.Path(), default=None, help="Run directory (checkpoints, metrics.jsonl, run.json).")
-@click.option("--config", "config_path", type=click.Path(), default=None, help="TOML recipe; the command line wins.")
-@click.option("--model", default=None, help="Encoder size: tiny|small|base|large|huge|giant.")
+@_trainer_options
+@click.option("--config", "config_path", type=click.Path(), default=None,
+              help="TOML recipe; JEPA_TRAIN_<KEY> variables override it and the command line overrides both.")
+@click.option("--print-config", is_flag=True,
+              help="Print the resolved configuration as TOML (a recipe that gives the same run.json) and exit.")
+@click.option("--model", type=click.Choice(MODEL_NAMES), default=None, help="Encoder size.")
 @click.option("--patch-size", type=int, default=None, help="Patch size in pixels.")
 @click.option("--image-size", default=None, help="Training crop size, S or HxW (default: the dataset's).")
 @click.option("--pred-depth", type=int, default=None, help="Predictor depth.")
 @click.option("--pred-width", type=int, default=None, help="Predictor width.")
-@click.option("--loss", default=None, help="smooth_l1 (official code) | l2 (paper) | l1.")
-@click.option("--dtype", default=None, help="Compute dtype: float32 | bfloat16 (parameters stay float32).")
+@click.option("--loss", type=click.Choice(LOSSES), default=None, help="smooth_l1 (official code) | l2 (paper) | l1.")
+@click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), default=None,
+              help="Compute dtype (parameters stay float32).")
 @click.option("--scan-layers/--no-scan-layers", default=None,
               help="Run the blocks under lax.scan: compile time no longer grows with depth.")
-@click.option("--remat", type=click.Choice(["none", "dots", "block"]), default=None,
+@click.option("--remat", type=click.Choice(REMAT_POLICIES), default=None,
               help="Activation checkpointing per block: keep matmul outputs (dots) or only block inputs (block).")
-@click.option("--steps", type=int, default=None, help="Optimizer updates in the run (wins over --epochs).")
-@click.option("--epochs", type=float, default=None, help="Epochs; one epoch is num_samples // batch_size updates.")
-@click.option("--batch-size", type=int, default=None, help="Global examples per optimizer update.")
-@click.option("--grad-accum", type=int, default=None, help="Split each batch into K micro-batches (one update).")
-@click.option("--ipe-scale", type=float, default=None, help="Schedules run over steps x ipe_scale (official 1.0).")
-@click.option("--mesh", default=None, help="Device mesh, e.g. data=-1,fsdp=1 (-1 takes the rest).")
-@click.option("--seed", type=SEED, default=None, help="Seed of initialisation, data order and masks.")
-@click.option("--save-every", type=int, default=None, help="Checkpoint every N updates (always at the end).")
-@click.option("--keep", type=int, default=None, help="Keep the K most recent checkpoints (default 3).")
-@click.option("--probe-every", type=int, default=None,
-              help="Score the target encoder with a k-NN probe every N updates (and at step 0); needs --probe-data.")
-@click.option("--probe-data", default=None,
-              help="TRAIN.zarr,TEST.zarr: the labelled datasets of --probe-every (kept in memory: a few thousand samples).")
-@click.option("--probe-k", type=int, default=None, help="Neighbours of the training-time k-NN probe (default 20).")
 @click.option("--resume", is_flag=True, help="Continue RUN from its latest checkpoint.")
 @click.option("--force", is_flag=True, help="Replace an existing RUN.")
 # masks (the options of `jepa mask`; defaults: the objective's official ones)
@@ -89,7 +123,7 @@ GENERATIVE_KEYS = tuple(name for name, *_ in train_flags())
 @click.option("--process-id", type=int, default=None, help="This process's index (multi-process launch).")
 @output_options
 @click.pass_context
-def command(ctx: click.Context, config_path, resume, force, coordinator, num_processes, process_id,
+def command(ctx: click.Context, config_path, print_config, resume, force, coordinator, num_processes, process_id,
             as_json, verbose, quiet, **options) -> int:
     """Pretrain an encoder on a dataset (I-JEPA by default) with the official recipe.
 
@@ -99,52 +133,52 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
       jepa train --data in1k.zarr --out runs/vith14 --config recipes/ijepa-in1k-vith14.toml --mesh data=-1,fsdp=8
       jepa train --out runs/digits --data digits.zarr --resume
     """
+    from jepa_cli.training.config import parse_text, resolve_config
+
+    if options.get("betas") is not None:
+        options["betas"] = parse_text("betas", options["betas"], "--betas")
+    env_values = _env_values(ctx)
+    if print_config:
+        from jepa_cli.training.config import to_toml
+        from jepa_cli.training.loop import resolved_config
+
+        config = resolve_config(_cli_values(options), config_path, resume=resume, env_values=env_values)
+        click.echo(to_toml(resolved_config(config)), nl=False)
+        return 0
+
     from jepa_cli.training import distributed
 
     distributed.initialize(coordinator, num_processes, process_id)
 
-    from jepa_cli.training.config import resolve_config
     from jepa_cli.training.loop import Callbacks, train
 
-    objective_keys = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "scan_layers", "remat",
-                      "npred", "min_keep",
-                      "allow_overlap", "context_size", "official_positions", "official_truncation",
-                      "collator_batch") + GENERATIVE_KEYS
-    objective_config = {k: options.pop(k) for k in objective_keys}
-    image_size = parse_hxw(options.pop("image_size"), "--image-size")
-    if image_size is not None:
-        objective_config["image_size"] = image_size[0] if image_size[0] == image_size[1] else list(image_size)
-    for key in ("pred_scale", "aspect", "enc_scale"):
-        objective_config[key] = _pair(options.pop(key), "--" + key.replace("_", "-"))
-    values = {k: v for k, v in options.items() if v is not None}
-    values["objective_config"] = {k: v for k, v in objective_config.items() if v is not None}
-    config = resolve_config(values, config_path, resume=resume)
+    config = resolve_config(_cli_values(options), config_path, resume=resume, env_values=env_values)
 
     import jax
 
     main = jax.process_index() == 0
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from jepa_cli.cli.common import stderr_console
+    from jepa_cli.cli.common import stderr_console, stderr_log
 
     console = stderr_console(quiet or not main)
+    plain = not console.is_terminal  # SLURM, nohup, 2>file: one plain line every log_every updates, no bar
+    log = stderr_log(quiet or not main, console)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
                         TextColumn("{task.fields[knn]}"), TimeRemainingColumn(), console=console,
-                        disable=quiet or not main or not console.is_terminal)  # a redirected stderr gets logs only
+                        disable=quiet or not main or plain)
     task = {}
 
     def on_start(info):
-        console.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
-                    f"{info['devices']} devices, {info['processes']} process(es)")
+        log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
+            f"{info['devices']} devices, {info['processes']} process(es)")
         task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="",
                                       knn="")
         progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
-        task["t"] = None
+        task.update(t=None, steps=info["steps"], line_step=info["start_step"], line_t=time.perf_counter())
 
     def on_step(m):
-        import time
-
         now = time.perf_counter()
         rate = ""
         if task.get("t") is not None:
@@ -154,11 +188,14 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
         progress.update(task["id"], completed=m["step"], loss=f"{loss:.4f}" if loss is not None else "nan", rate=rate)
         if m.get("knn_top1") is not None:  # a training-time probe ran at this step
             progress.update(task["id"], knn=f"k-NN {m['knn_top1']:.3f}")
-            console.log(f"step {m['step']}: k-NN top-1 {m['knn_top1']:.4f}, top-5 {m['knn_top5']:.4f} "
-                        f"({m['probe_seconds']:.1f} s)")
+            log(f"step {m['step']}: k-NN top-1 {m['knn_top1']:.4f}, top-5 {m['knn_top5']:.4f} "
+                f"({m['probe_seconds']:.1f} s)")
+        if plain and (m["step"] % config.log_every == 0 or m["step"] == task["steps"]):
+            log(plain_step_line(m, task["steps"], m["step"] - task["line_step"], now - task["line_t"], config.batch_size))
+            task.update(line_step=m["step"], line_t=now)  # the next line's rate covers the updates since this one
 
-    callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=lambda msg: console.log(msg),
-                          on_checkpoint=(lambda s: console.log(f"checkpoint {s}")) if verbose else (lambda s: None))
+    callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=log,
+                          on_checkpoint=(lambda s: log(f"checkpoint {s}")) if verbose else (lambda s: None))
     try:
         summary = train(config, callbacks=callbacks, resume=resume, force=force)
     finally:
@@ -179,6 +216,82 @@ def command(ctx: click.Context, config_path, resume, force, coordinator, num_pro
     return 0
 
 
+
+def _read_env_one_layer_down(cmd: click.Command) -> None:
+    """The trainer keys and the objective's options are read from JEPA_TRAIN_* by _env_values, below the
+    command line; click's own JEPA_<COMMAND>_<OPTION> reading (cli/main.py) would put them above the
+    recipe's, so it is off for them. Every other option of train keeps it."""
+    from jepa_cli.training.config import TRAINER_KEYS
+
+    for param in cmd.params:
+        if param.name in TRAINER_KEYS or param.name in _OBJECTIVE_OPTIONS:
+            param.allow_from_autoenv = False
+
+OBJECTIVE_KEYS = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "scan_layers", "remat", "npred",
+                  "min_keep", "allow_overlap", "context_size", "official_positions", "official_truncation",
+                  "collator_batch") + GENERATIVE_KEYS
+
+
+_OBJECTIVE_OPTIONS = OBJECTIVE_KEYS + ("image_size", "pred_scale", "aspect", "enc_scale")
+
+
+def _cli_values(options: dict) -> dict:
+    """The command line's layer of the configuration: the trainer keys given, and the objective's
+    options in objective_config (None: not given)."""
+    options = dict(options)
+    objective_config = {k: options.pop(k) for k in OBJECTIVE_KEYS}
+    image_size = parse_hxw(options.pop("image_size"), "--image-size")
+    if image_size is not None:
+        objective_config["image_size"] = image_size[0] if image_size[0] == image_size[1] else list(image_size)
+    for key in ("pred_scale", "aspect", "enc_scale"):
+        objective_config[key] = _pair(options.pop(key), "--" + key.replace("_", "-"))
+    values = {k: v for k, v in options.items() if v is not None}
+    values["objective_config"] = {k: v for k, v in objective_config.items() if v is not None}
+    return values
+
+
+def _env_values(ctx: click.Context) -> dict:
+    """The environment's layer (between the recipe and the command line): trainer keys from
+    JEPA_TRAIN_<KEY> (training/config.py env_layer) and the objective's options from JEPA_TRAIN_<OPTION>,
+    typed and checked by their click option as on the command line."""
+    import os
+
+    from jepa_cli.training.config import ENV_PREFIX, TRAINER_KEYS, env_layer, merge
+
+    objective_params = [p for p in ctx.command.params if p.name not in TRAINER_KEYS and p.name in _OBJECTIVE_OPTIONS]
+    others = frozenset(p.name for p in ctx.command.params if p.name not in TRAINER_KEYS)
+    values = env_layer(dict(os.environ), others)
+    raw = {p.name: os.environ.get(ENV_PREFIX + p.name.upper(), "") for p in objective_params}
+    typed = {}
+    for param in objective_params:
+        if raw[param.name] != "":
+            try:
+                typed[param.name] = param.type_cast_value(ctx, raw[param.name])
+            except click.BadParameter as exc:
+                raise InputError(f"{ENV_PREFIX}{param.name.upper()}: {exc.message}") from None
+    options = {name: typed.get(name) for name in _OBJECTIVE_OPTIONS}
+    return merge(values, {"objective_config": _cli_values(options)["objective_config"]})
+
+
+def plain_step_line(metrics: dict, steps: int, done: int, elapsed_s: float, batch_size: int) -> str:
+    """One log line of a training step for a non-terminal stderr:
+    `step 120/500 loss 0.1234 lr 4.10e-04 312 ex/s ETA 1m23s`, the rate and ETA from the last `done`
+    updates, which took `elapsed_s`."""
+    from jepa_cli.cli.common import format_duration
+
+    step = metrics["step"]
+    parts = [f"step {step}/{steps}"]
+    if metrics.get("loss") is not None:
+        parts.append(f"loss {metrics['loss']:.4f}")
+    if metrics.get("lr") is not None:
+        parts.append(f"lr {metrics['lr']:.2e}")
+    if done > 0 and elapsed_s > 0:
+        per_update = elapsed_s / done
+        parts.append(f"{batch_size / per_update:,.0f} ex/s")
+        parts.append(f"ETA {format_duration((steps - step) * per_update)}")
+    return " ".join(parts)
+
+
 class StoppedBySignal(JepaError):
     """Training stopped by SIGINT/SIGTERM after saving: the result is printed, then one error line
     (as any command stopped by a signal) and exit 130/143."""
@@ -188,3 +301,6 @@ class StoppedBySignal(JepaError):
         super().__init__(f"{what} ({signal_name}): saved step {summary.get('step')} in {summary.get('run')}; "
                          "continue with --resume")
         self.exit_code = SIGNAL_EXIT[signal_name]
+
+
+_read_env_one_layer_down(command)

@@ -25,6 +25,7 @@ from flax import nnx
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
 
 
@@ -45,7 +46,8 @@ MODEL_SIZES: dict[str, ModelSize] = {
 }
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-REMAT = ("none", "dots", "block")
+REMAT = REMAT_POLICIES
+assert tuple(MODEL_SIZES) == MODEL_NAMES and tuple(DTYPES) == COMPUTE_DTYPES
 
 
 def _pair(x) -> tuple[int, int]:

@@ -1,24 +1,38 @@
-"""What is learned: Objective implementations behind one seam (see docs/architecture.md)."""
+"""What is learned: Objective implementations behind one seam (see docs/architecture.md).
+
+The objectives' modules import JAX, so this package loads them on first use (PEP 562): the CLI reads
+objectives/genconfig.py to declare `jepa train`'s options, and `jepa train --help` or a refused option
+must not pay for importing JAX.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from jepa_cli.errors import InputError
-from jepa_cli.objectives.base import EMASpec, Objective
-from jepa_cli.objectives.audio_jepa import AudioJEPAObjective
-from jepa_cli.objectives.diffusion import DiffusionObjective
-from jepa_cli.objectives.flow import FlowObjective
-from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
-from jepa_cli.objectives.vjepa import VJEPAConfig, VJEPAObjective
+from jepa_cli.names import OBJECTIVE_NAMES
 
-OBJECTIVES: dict[str, type] = {"ijepa": IJEPAObjective, "vjepa": VJEPAObjective, "audio-jepa": AudioJEPAObjective,
-                               "flow": FlowObjective, "diffusion": DiffusionObjective}
+_EXPORTS = {"AudioJEPAObjective": "audio_jepa", "DiffusionObjective": "diffusion", "EMASpec": "base",
+            "FlowObjective": "flow", "IJEPAConfig": "ijepa", "IJEPAObjective": "ijepa", "Objective": "base",
+            "VJEPAConfig": "vjepa", "VJEPAObjective": "vjepa"}  # name -> the module that defines it
+_REGISTRY = {"ijepa": "IJEPAObjective", "vjepa": "VJEPAObjective", "audio-jepa": "AudioJEPAObjective",
+             "flow": "FlowObjective", "diffusion": "DiffusionObjective"}  # --objective name -> class
+assert tuple(_REGISTRY) == OBJECTIVE_NAMES
 
-__all__ = ["AudioJEPAObjective", "DiffusionObjective", "EMASpec", "FlowObjective", "IJEPAConfig", "IJEPAObjective",
-           "OBJECTIVES", "Objective", "VJEPAConfig", "VJEPAObjective", "make_objective"]
+__all__ = [*sorted(_EXPORTS), "OBJECTIVES", "make_objective"]
 
 
-def make_objective(name: str, config: dict | None = None) -> Objective:
+def __getattr__(name: str) -> Any:
+    if name == "OBJECTIVES":  # dict[str, type]: every objective class by its --objective name
+        return {key: __getattr__(cls) for key, cls in _REGISTRY.items()}
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_objective(name: str, config: dict | None = None):
     """Build an objective from its name and a flat dict of options (unknown key: InputError)."""
-    if name not in OBJECTIVES:
-        raise InputError(f"unknown objective {name!r} (choose from {', '.join(OBJECTIVES)})")
-    return OBJECTIVES[name].from_config(dict(config or {}))
+    if name not in _REGISTRY:
+        raise InputError(f"unknown objective {name!r} (choose from {', '.join(_REGISTRY)})")
+    return __getattr__(_REGISTRY[name]).from_config(dict(config or {}))

@@ -13,9 +13,9 @@ from typing import Any
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.names import COMPUTE_DTYPES as DTYPES
 
 MODALITIES = ("image", "latent")
-DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("cosine", "edm")
 PREDICTIONS = ("eps", "x0", "v")
 

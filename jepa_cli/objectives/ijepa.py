@@ -18,10 +18,9 @@ from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig
 from jepa_cli.models.vit import gather_tokens
+from jepa_cli.names import LOSSES
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
-
-LOSSES = ("smooth_l1", "l2", "l1")
 
 
 def _tuplify(v):

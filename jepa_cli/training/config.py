@@ -1,4 +1,5 @@
-"""The trainer's configuration: defaults < RUN/run.json (on --resume) < TOML recipe < command line.
+"""The trainer's configuration: defaults < RUN/run.json (on --resume) < TOML recipe < JEPA_TRAIN_*
+environment variables < command line. Each trainer key is declared once, as a TrainConfig field.
 
 A TOML recipe holds trainer keys at the top level and the objective's options in a table named
 after the objective (`[ijepa]`); any other key is an InputError naming it. The resolved
@@ -14,44 +15,115 @@ from pathlib import Path
 from typing import Any
 
 from jepa_cli.errors import InputError
+from jepa_cli.names import OBJECTIVE_NAMES
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """What a trainer key accepts: kind 'int' | 'float' | 'str' | 'bool' | 'betas', a range or a set of
+    choices, None or not."""
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is excluded (lr > 0)
+    nullable: bool = False  # None means "not set" (run.json stores it as null)
+    choices: tuple[str, ...] | None = None
+    allow_module: bool = False  # a choice, or 'module:factory' (an objective outside the package)
+
+    def describe(self) -> str:
+        if self.kind == "betas":
+            return "two numbers in [0, 1) such as [0.9, 0.999]"
+        if self.choices:
+            return "one of " + ", ".join(self.choices) + (" or module:factory" if self.allow_module else "")
+        text = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}[self.kind]
+        if self.low is not None and self.high is not None:
+            return f"{text} in {self.low}..{self.high}"
+        if self.low is not None:
+            return f"{text} {'>' if self.low_open else '>='} {self.low}"
+        return text
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if self.kind == "betas":
+            return (isinstance(value, (list, tuple)) and len(value) == 2
+                    and all(_is_number(b) and 0 <= b < 1 for b in value))
+        if self.kind in ("str", "bool"):
+            return isinstance(value, {"str": str, "bool": bool}[self.kind]) and (
+                not self.choices or value in self.choices or (self.allow_module and ":" in value))
+        if not (_is_number(value) and (self.kind == "float" or isinstance(value, int))):
+            return False
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or value <= self.high
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _key(default: Any, rule: _Rule, help: str, flag: str | None = None, aliases: tuple[str, ...] = ()) -> Any:
+    """One trainer key, declared once: its default, what it accepts and its help. From this come the
+    `jepa train` option (`flag`, by default `--` and the key with dashes, plus `aliases`), the TOML key,
+    the JEPA_TRAIN_<KEY> variable, the run.json entry and the `--help` text with its default."""
+    return dataclasses.field(default=default, metadata={"rule": rule, "help": help, "flag": flag, "aliases": aliases})
 
 
 @dataclasses.dataclass
 class TrainConfig:
-    objective: str = "ijepa"
-    data: str | None = None
-    out: str | None = None
+    objective: str = _key("ijepa", _Rule("str", choices=OBJECTIVE_NAMES, allow_module=True),
+                          "What is learned: ijepa | vjepa (video) | audio-jepa | flow | diffusion.")
+    data: str | None = _key(None, _Rule("str", nullable=True), "Dataset directory (zarr v3, from jepa ingest).")
+    out: str | None = _key(None, _Rule("str", nullable=True),
+                           "Run directory (checkpoints, metrics.jsonl, run.json).", flag="--output",
+                           aliases=("-o", "--out"))
     # length: --steps wins over --epochs; epochs use ipe = num_samples // batch_size
-    steps: int | None = None
-    epochs: float | None = None
-    batch_size: int = 64  # global examples per optimizer update (split into grad_accum micro-batches)
-    grad_accum: int = 1
-    mesh: str = "data=-1,fsdp=1"
-    seed: int = 0
+    steps: int | None = _key(None, _Rule("int", 0, nullable=True),
+                             "Optimizer updates in the run (wins over --epochs; 0 writes the initial weights).")
+    epochs: float | None = _key(None, _Rule("float", 0, nullable=True),
+                                "Epochs; one epoch is num_samples // batch_size updates.")
+    batch_size: int = _key(64, _Rule("int", 1), "Global examples per optimizer update.")
+    grad_accum: int = _key(1, _Rule("int", 1), "Split each batch into K micro-batches (one update).")
+    mesh: str = _key("data=-1,fsdp=1", _Rule("str"), "Device mesh, e.g. data=-1,fsdp=1 (-1 takes the rest).")
+    seed: int = _key(0, _Rule("int", 0, 2**32 - 1),  # what numpy and jax.random.PRNGKey accept
+                     "Seed of initialisation, data order and masks.")
     # optimizer and schedules (official I-JEPA defaults, configs/in1k_vith14_ep300.yaml)
-    lr: float = 1e-3
-    start_lr: float = 2e-4
-    final_lr: float = 1e-6
-    warmup_steps: int | None = None
-    warmup_epochs: float | None = None  # None and no warmup_steps: 40/300 of the run, as the official ratio
-    wd: float = 0.04
-    final_wd: float = 0.4
-    ipe_scale: float = 1.0
-    clip_grad: float | None = None
-    clip_grad_start: int = 0  # first update that clips (V-JEPA clips only once epoch > warmup)
-    betas: tuple[float, float] = (0.9, 0.999)
+    lr: float = _key(1e-3, _Rule("float", 0, low_open=True), "Peak learning rate (after the linear warmup).")
+    start_lr: float = _key(2e-4, _Rule("float", 0), "Learning rate at the start of the warmup.")
+    final_lr: float = _key(1e-6, _Rule("float", 0), "Learning rate at the end of the cosine decay.")
+    warmup_steps: int | None = _key(None, _Rule("int", 0, nullable=True),
+                                    "Warmup in updates (wins over --warmup-epochs; default 40/300 of the run).")
+    warmup_epochs: float | None = _key(None, _Rule("float", 0, nullable=True), "Warmup in epochs.")
+    wd: float = _key(0.04, _Rule("float", 0), "Weight decay at the start (cosine ramp to --final-wd).")
+    final_wd: float = _key(0.4, _Rule("float", 0), "Weight decay at the end.")
+    ipe_scale: float = _key(1.0, _Rule("float", 0, low_open=True),
+                            "Schedules run over steps x ipe_scale (official 1.0).")
+    clip_grad: float | None = _key(None, _Rule("float", 0, low_open=True, nullable=True),
+                                   "Clip the global gradient norm to this value (default: no clipping).")
+    clip_grad_start: int = _key(0, _Rule("int", 0),  # V-JEPA clips only once epoch > warmup
+                                "First update that clips.")
+    betas: tuple[float, float] = _key((0.9, 0.999), _Rule("betas"), "AdamW betas B1,B2.")
     # checkpoints and logging
-    save_every: int | None = None  # None: only at the end (and on SIGINT/SIGTERM)
-    keep: int | None = 3
-    async_checkpointing: bool = True
-    log_every: int = 1
-    collapse_threshold: float = 1e-4  # repr_std or target_std below this is reported as a suspected collapse
-    collapse_rank_fraction: float = 0.7  # effective_rank below this x its peak so far is reported too
-    num_threads: int = 2  # grain reader threads
+    save_every: int | None = _key(None, _Rule("int", 1, nullable=True),
+                                  "Checkpoint every N updates (always at the end and on SIGINT/SIGTERM).")
+    keep: int | None = _key(3, _Rule("int", 0, nullable=True), "Keep the K most recent checkpoints (0: all).")
+    async_checkpointing: bool = _key(True, _Rule("bool"),
+                                     "Write checkpoints in the background while training goes on.")
+    log_every: int = _key(1, _Rule("int", 1),
+                          "Write metrics.jsonl (and a plain log line when stderr is not a terminal) every N updates.")
+    collapse_threshold: float = _key(1e-4, _Rule("float", 0), "Warn when repr_std or target_std falls below this.")
+    collapse_rank_fraction: float = _key(0.7, _Rule("float", 0, 1),
+                                         "Warn when effective_rank falls below this fraction of its peak.")
+    num_threads: int = _key(2, _Rule("int", 1), "Reader threads of the input pipeline.")
     # the k-NN probe of the target encoder during training (evaluation/online.py)
-    probe_every: int | None = None  # None: no probe; N: every N updates (and at step 0 of a new run)
-    probe_data: str | None = None  # "TRAIN.zarr,TEST.zarr": two labelled datasets of the training modality
-    probe_k: int = 20  # neighbours (DINO's k-NN protocol; `jepa probe knn --k`)
+    probe_every: int | None = _key(None, _Rule("int", 1, nullable=True),
+                                   "Score the target encoder with a k-NN probe every N updates (and at step 0); "
+                                   "needs --probe-data.")
+    probe_data: str | None = _key(None, _Rule("str", nullable=True),
+                                  "TRAIN.zarr,TEST.zarr: the labelled datasets of --probe-every (kept in memory).")
+    probe_k: int = _key(20, _Rule("int", 1),  # DINO's k-NN protocol; `jepa probe knn --k`
+                        "Neighbours of the training-time k-NN probe.")
     # the objective's own options (IJEPAConfig fields, mask options), as resolved by the objective
     objective_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -61,7 +133,11 @@ class TrainConfig:
         return d
 
 
-TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"objective_config"}
+ENV_PREFIX = "JEPA_TRAIN_"  # JEPA_TRAIN_BATCH_SIZE=256 sets batch_size (between the recipe and the command line)
+
+TRAINER_FIELDS = tuple(f for f in dataclasses.fields(TrainConfig) if f.name != "objective_config")
+TRAINER_KEYS = {f.name for f in TRAINER_FIELDS}
+RULES: dict[str, _Rule] = {f.name: f.metadata["rule"] for f in TRAINER_FIELDS}
 RUNTIME_KEYS = {"data", "out"}  # where, not what: never a model mismatch
 
 
@@ -124,78 +200,6 @@ def build_config(values: dict[str, Any]) -> TrainConfig:
     return TrainConfig(**values)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Rule:
-    """What a trainer key accepts: kind 'int' | 'float' | 'str' | 'bool' | 'betas', a range, None or not."""
-
-    kind: str
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # low itself is excluded (lr > 0)
-    nullable: bool = False  # None means "not set" (run.json stores it as null)
-
-    def describe(self) -> str:
-        if self.kind == "betas":
-            return "two numbers in [0, 1) such as [0.9, 0.999]"
-        text = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}[self.kind]
-        if self.low is not None and self.high is not None:
-            return f"{text} in {self.low}..{self.high}"
-        if self.low is not None:
-            return f"{text} {'>' if self.low_open else '>='} {self.low}"
-        return text
-
-    def accepts(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable
-        if self.kind == "betas":
-            return (isinstance(value, (list, tuple)) and len(value) == 2
-                    and all(_is_number(b) and 0 <= b < 1 for b in value))
-        if self.kind in ("str", "bool"):
-            return isinstance(value, {"str": str, "bool": bool}[self.kind])
-        if not (_is_number(value) and (self.kind == "float" or isinstance(value, int))):
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return self.high is None or value <= self.high
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-RULES: dict[str, _Rule] = {
-    "objective": _Rule("str"),
-    "data": _Rule("str", nullable=True),
-    "out": _Rule("str", nullable=True),
-    "steps": _Rule("int", 0, nullable=True),  # 0: write the initial weights only
-    "epochs": _Rule("float", 0, nullable=True),
-    "batch_size": _Rule("int", 1),
-    "grad_accum": _Rule("int", 1),
-    "mesh": _Rule("str"),
-    "seed": _Rule("int", 0, 2**32 - 1),  # what numpy and jax.random.PRNGKey accept
-    "lr": _Rule("float", 0, low_open=True),
-    "start_lr": _Rule("float", 0),
-    "final_lr": _Rule("float", 0),
-    "warmup_steps": _Rule("int", 0, nullable=True),
-    "warmup_epochs": _Rule("float", 0, nullable=True),
-    "wd": _Rule("float", 0),
-    "final_wd": _Rule("float", 0),
-    "ipe_scale": _Rule("float", 0, low_open=True),
-    "clip_grad": _Rule("float", 0, low_open=True, nullable=True),
-    "clip_grad_start": _Rule("int", 0),
-    "betas": _Rule("betas"),
-    "save_every": _Rule("int", 1, nullable=True),
-    "keep": _Rule("int", 0, nullable=True),  # 0 or None: keep every checkpoint
-    "async_checkpointing": _Rule("bool"),
-    "log_every": _Rule("int", 1),
-    "collapse_threshold": _Rule("float", 0),
-    "collapse_rank_fraction": _Rule("float", 0, 1),
-    "num_threads": _Rule("int", 1),
-    "probe_every": _Rule("int", 1, nullable=True),
-    "probe_data": _Rule("str", nullable=True),
-    "probe_k": _Rule("int", 1),
-}
-assert RULES.keys() == TRAINER_KEYS, "every trainer key has a rule"
 
 
 def check_value(key: str, value: Any, name: str) -> None:
@@ -231,8 +235,64 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
             "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale)}
 
 
-def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = None, resume: bool = False) -> TrainConfig:
-    """defaults < RUN/run.json (when resuming an existing run) < TOML recipe < command line."""
+def env_layer(environ: dict[str, str], other_options: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The trainer keys set by JEPA_TRAIN_<KEY> variables (JEPA_TRAIN_BATCH_SIZE=256, JEPA_TRAIN_BETAS=0.9,0.95,
+    JEPA_TRAIN_ASYNC_CHECKPOINTING=false); an empty value is not set. A JEPA_TRAIN_ variable that names
+    neither a key nor one of `other_options` (the command's other options, read elsewhere), or a value of
+    the wrong type, is an InputError naming the variable."""
+    out: dict[str, Any] = {}
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or environ[name] == "":
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key in other_options:
+            continue
+        if key not in TRAINER_KEYS:
+            raise InputError(f"{name}: no such trainer key (the JEPA_TRAIN_ variables are "
+                             f"{ENV_PREFIX}<KEY> for the keys of `jepa train --help`)")
+        out[key] = parse_text(key, environ[name], name)
+    return out
+
+
+def parse_text(key: str, text: str, name: str) -> Any:
+    """A trainer key's value from its text (an environment variable or a command-line word): checked
+    as check_value does, so every source gives the same message."""
+    rule = RULES[key]
+    value: Any = text
+    try:
+        if rule.kind == "int":
+            value = int(text)
+        elif rule.kind == "float":
+            value = float(text)
+        elif rule.kind == "bool":
+            value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[text.lower()]
+        elif rule.kind == "betas":
+            value = [float(b) for b in text.replace(" ", "").split(",")]
+    except (ValueError, KeyError):
+        raise InputError(f"{name} must be {rule.describe()}, got {text!r}") from None
+    check_value(key, value, name)
+    return value
+
+
+def to_toml(config: TrainConfig) -> str:
+    """A resolved configuration as a TOML recipe: every trainer key at the top level and the objective's
+    options in its table. Keys whose value is None (TOML has no null) are left out: None is each such
+    key's default, so reading the text back gives the same configuration."""
+    import tomli_w
+
+    def without_none(table: dict) -> dict:
+        return {k: without_none(v) if isinstance(v, dict) else v for k, v in table.items() if v is not None}
+
+    document = without_none(config.to_dict())
+    document[config.objective] = document.pop("objective_config")
+    return tomli_w.dumps(document)
+
+
+def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = None, resume: bool = False,
+                   env_values: dict[str, Any] | None = None) -> TrainConfig:
+    """defaults < RUN/run.json (when resuming an existing run) < TOML recipe < environment (`env_values`:
+    env_layer's trainer keys, and the objective's options from JEPA_TRAIN_<OPTION>) < command line."""
+    env_values = env_values or {}
     stored: dict[str, Any] = {}
     out = cli_values.get("out")
     if resume and out and (Path(out) / "run.json").exists():
@@ -242,9 +302,10 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
         stored["objective_config"] = {k: v for k, v in stored.get("objective_config", {}).items()
                                       if k != "total_updates"}  # recomputed from the run length
         toml_layer = load_toml(toml_path) if toml_path else {}
-        name = toml_layer.get("objective", cli_values.get("objective")) or stored.get("objective")
+        name = cli_values.get("objective") or env_values.get("objective") or toml_layer.get("objective") \
+            or stored.get("objective")
         if name != stored.get("objective"):
             raise InputError(f"{out}: holds a {stored.get('objective')!r} run, not {name!r}")
-        return build_config(merge(stored, toml_layer, cli_values))
+        return build_config(merge(stored, toml_layer, env_values, cli_values))
     toml_layer = load_toml(toml_path) if toml_path else {}
-    return build_config(merge(toml_layer, cli_values))
+    return build_config(merge(toml_layer, env_values, cli_values))

@@ -64,3 +64,31 @@ def is_main_process() -> bool:
     import jax
 
     return jax.process_index() == 0
+
+
+VERSIONED = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore", "grain", "numpy")
+
+
+def environment_report() -> dict:
+    """What `jepa train` would run on: JAX's backend, this process's devices and the slice's, the
+    process count, the CPU cores, and the versions of the libraries a run depends on (from package
+    metadata; `None` for one that is not installed)."""
+    import importlib.metadata
+    import platform
+
+    import jax
+
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    devices = jax.devices()
+    return {"backend": jax.default_backend(), "device_kind": devices[0].device_kind,
+            "device_count": len(devices), "local_device_count": jax.local_device_count(),
+            "process_count": jax.process_count(), "process_index": jax.process_index(),
+            "cpu_cores": os.cpu_count(), "multi_process_env": multi_process_env(),
+            "devices": [{"id": d.id, "platform": d.platform, "kind": d.device_kind, "process_index": d.process_index}
+                        for d in devices],
+            "versions": versions}

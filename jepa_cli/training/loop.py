@@ -273,29 +273,58 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
             plan.out.rmdir()  # failed before writing anything: leave no trace
 
 
-def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
-    """Validates everything (dataset, objective, mesh, batch, RUN, the traced step); writes nothing."""
-    import jax
+def _resolve_objective(config: TrainConfig, ds: dict, lengths: dict, objective=None):
+    """The objective of a run, told its length; fills config.objective_config with every option the
+    objective resolved (its defaults, and what the dataset implies), as run.json records it."""
+    from jepa_cli.training.run import make_objective, objective_config_of
 
-    from jepa_cli.training import mesh as mesh_lib
-    from jepa_cli.training.data import abstract_batch, check_dataset, check_modality
-    from jepa_cli.training.run import abstract_state, build_optimizer, make_objective, objective_config_of, read_run
-    from jepa_cli.training.step import jit_step, make_step_fn
-
-    if not config.data:
-        raise InputError("--data is required")
-    if not config.out:
-        raise InputError("--out is required")
-    out = Path(config.out)
-    ds = check_dataset(config.data)
-    _check_out_outside_data(out, Path(config.data))
-    lengths = resolve_lengths(config, ds["num_samples"])
     if objective is None:
         config.objective_config = _fill_from_dataset(config.objective, config.objective_config, ds)
         objective = make_objective(config.objective, config.objective_config, lengths["ema_t_max"])
     elif hasattr(objective, "with_total_updates"):
         objective = objective.with_total_updates(lengths["ema_t_max"])
     config.objective_config = objective_config_of(objective, config.objective_config)
+    return objective
+
+
+def resolved_config(config: TrainConfig) -> TrainConfig:
+    """The configuration run.json would record for `config` (`jepa train --print-config`): the
+    objective's options completed from its defaults and the dataset. Reads the dataset's metadata;
+    writes nothing and builds no model."""
+    from jepa_cli.training.data import check_dataset
+
+    if not config.data:
+        raise InputError("--data is required (the dataset fills in the image size and channels)")
+    config = dataclasses.replace(config, objective_config=dict(config.objective_config))
+    ds = check_dataset(config.data)
+    _resolve_objective(config, ds, resolve_lengths(config, ds["num_samples"]))
+    # total_updates is recomputed from the run's length (as on --resume), so an edited length stays consistent
+    config.objective_config.pop("total_updates", None)
+    return config
+
+
+def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
+    """Validates everything (dataset, objective, mesh, batch, RUN, the traced step); writes nothing."""
+    import jax
+
+    from jepa_cli.training import mesh as mesh_lib
+    from jepa_cli.training.data import abstract_batch, check_dataset, check_modality
+    from jepa_cli.training.run import abstract_state, build_optimizer, read_run
+    from jepa_cli.training.step import jit_step, make_step_fn
+
+    if not config.data:
+        raise InputError("--data is required")
+    if not config.out:
+        raise InputError("--out is required")
+    for option, path in (("--data", config.data), ("--out", config.out)):
+        if "://" in path:  # Path() would quietly make a local folder named gs:
+            raise InputError(f"{option} {path}: URLs are not supported; mount the bucket and give its local path "
+                             "(docs/distributed.md)")
+    out = Path(config.out)
+    ds = check_dataset(config.data)
+    _check_out_outside_data(out, Path(config.data))
+    lengths = resolve_lengths(config, ds["num_samples"])
+    objective = _resolve_objective(config, ds, lengths, objective)
     check_modality(config.data, ds, objective, config.objective)
     ds_channels = config.objective_config.get("channels")
     if ds["modality"] == "image" and ds_channels is not None and int(ds_channels) != ds["channels"]:

@@ -1,0 +1,38 @@
+"""`jepa env`."""
+
+from __future__ import annotations
+
+import click
+
+from jepa_cli.cli.common import emit, output_options
+
+
+@click.command("env")
+@output_options
+def command(as_json: bool, verbose: int, quiet: bool) -> None:
+    """Show the backend, devices, processes and library versions that `jepa train` would use.
+
+    \b
+    Examples:
+      jepa env
+      jepa env --json | jq .devices
+      XLA_FLAGS=--xla_force_host_platform_device_count=8 jepa env   # 8 simulated CPU devices
+    """
+    import os
+
+    from jepa_cli.cli.main import compilation_cache_dir
+    from jepa_cli.training.distributed import environment_report
+
+    report = environment_report()
+    report["compilation_cache"] = compilation_cache_dir(os.environ)
+
+    def human(r: dict) -> None:
+        from jepa_cli.cli.common import print_mapping
+
+        flat = {k: v for k, v in r.items() if k not in ("devices", "versions")}
+        flat["devices"] = ", ".join(f"{d['platform']}:{d['id']}" for d in r["devices"][:8]) + (
+            f", ... ({len(r['devices'])})" if len(r["devices"]) > 8 else "")
+        flat.update({name: version or "not installed" for name, version in r["versions"].items()})
+        print_mapping(flat)
+
+    emit(report, as_json, human)

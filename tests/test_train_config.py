@@ -1,0 +1,125 @@
+"""`jepa train`'s configuration: each trainer key declared once (option, TOML key, JEPA_TRAIN_* variable,
+help with its default), the layers' order, choices checked before JAX, and the plain progress lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import assert_user_error
+
+from jepa_cli.errors import InputError
+from jepa_cli.training.config import TRAINER_FIELDS, TrainConfig, env_layer, load_toml, resolve_config
+
+
+def test_every_trainer_key_is_an_option_whose_help_shows_its_default(run_cli):
+    text = " ".join(run_cli("train", "--help").stdout.split())
+    for field in TRAINER_FIELDS:
+        flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
+        assert flag in text, field.name
+    assert "--lr FLOAT Peak learning rate (after the linear warmup). [default: 0.001]" in text
+    assert "--betas B1,B2 AdamW betas B1,B2. [default: 0.9,0.999]" in text
+    assert "--async-checkpointing / --no-async-checkpointing" in text
+    assert "-o, --out, --output TEXT" in text
+
+
+def test_every_trainer_key_is_a_toml_key(tmp_path):
+    recipe = tmp_path / "all.toml"
+    recipe.write_text("lr = 0.5\nfinal_wd = 0.1\nlog_every = 7\nasync_checkpointing = false\nbetas = [0.9, 0.95]\n")
+    assert load_toml(recipe) == {"lr": 0.5, "final_wd": 0.1, "log_every": 7, "async_checkpointing": False,
+                                 "betas": [0.9, 0.95]}
+
+
+def test_environment_variables_parse_each_kind():
+    environ = {"JEPA_TRAIN_BATCH_SIZE": "256", "JEPA_TRAIN_LR": "3e-4", "JEPA_TRAIN_BETAS": "0.9, 0.95",
+               "JEPA_TRAIN_ASYNC_CHECKPOINTING": "false", "JEPA_TRAIN_MESH": "data=2", "JEPA_TRAIN_SEED": "",
+               "HOME": "/root"}
+    assert env_layer(environ) == {"batch_size": 256, "lr": 3e-4, "betas": [0.9, 0.95], "async_checkpointing": False,
+                                  "mesh": "data=2"}
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("JEPA_TRAIN_BATCH_SIZE", "lots", "JEPA_TRAIN_BATCH_SIZE must be an integer >= 1, got 'lots'"),
+    ("JEPA_TRAIN_BATCH_SIZE", "0", "JEPA_TRAIN_BATCH_SIZE must be an integer >= 1, got 0"),
+    ("JEPA_TRAIN_ASYNC_CHECKPOINTING", "maybe", "JEPA_TRAIN_ASYNC_CHECKPOINTING must be true or false, got 'maybe'"),
+    ("JEPA_TRAIN_OBJECTIVE", "byol", "JEPA_TRAIN_OBJECTIVE must be one of ijepa, vjepa, audio-jepa, flow, diffusion"),
+    ("JEPA_TRAIN_BATCHSIZE", "8", "JEPA_TRAIN_BATCHSIZE: no such trainer key"),
+])
+def test_a_bad_environment_variable_is_named(name, value, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        env_layer({name: value})
+
+
+def test_layers_recipe_then_environment_then_command_line(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("batch_size = 8\nlr = 0.5\nseed = 3\n")
+    environ = {"JEPA_TRAIN_BATCH_SIZE": "16", "JEPA_TRAIN_LR": "0.25"}
+    config = resolve_config({"batch_size": 32}, recipe, env_values=env_layer(environ))
+    assert (config.batch_size, config.lr, config.seed, config.wd) == (32, 0.25, 3, TrainConfig.wd)
+
+
+def test_choices_are_refused_before_jax_is_imported():
+    code = ("import sys; from jepa_cli.cli.main import cli\n"
+            "try:\n    cli.main(['train', '--model', 'enormous', '--data', 'x', '-o', 'y'])\nexcept SystemExit as e:\n"
+            "    print(e.code)\n"
+            "heavy = sorted(m for m in ('jax', 'tensorstore', 'flax') if m in sys.modules)\n"
+            "assert not heavy, heavy")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+    assert result.stderr.strip().splitlines() == [
+        "jepa: error: Invalid value for '--model': 'enormous' is not one of 'tiny', 'small', 'base', 'large', "
+        "'huge', 'giant'."]
+
+
+def test_a_bad_betas_option_is_one_line(run_cli):
+    assert_user_error(run_cli("train", "--betas", "0.9", "--data", "x", "-o", "y"),
+                      "--betas must be two numbers in [0, 1) such as [0.9, 0.999], got [0.9]")
+
+
+def test_plain_progress_lines_at_each_tenth_when_stderr_is_not_a_terminal(capsys):
+    from jepa_cli.cli.common import progress_bar
+
+    with progress_bar("encoding", 20, "images") as advance:
+        for _ in range(20):
+            advance(1)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == [f"encoding: {n}/20 images" for n in range(2, 21, 2)]
+    assert lines[-1].endswith("ETA 0s")
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from jepa_cli.cli.main import cli
+
+    path = tmp_path_factory.mktemp("cfg") / "digits.zarr"
+    r = CliRunner().invoke(cli, ["ingest", "builtin:digits", str(path), "--size", "16x16", "--channels", "1", "-q"])
+    assert r.exit_code == 0, r.stderr
+    return path
+
+
+def test_environment_sits_between_the_recipe_and_the_command_line(run_cli, digits, tmp_path):
+    import tomllib
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("batch_size = 8\nlr = 0.5\n[ijepa]\npred_depth = 2\nmodel = \"small\"\n")
+    env = {"JEPA_TRAIN_BATCH_SIZE": "16", "JEPA_TRAIN_PRED_DEPTH": "3", "JEPA_TRAIN_LR": "0.25"}
+    base = ["train", "--config", recipe, "--data", digits, "-o", tmp_path / "run", "--steps", "5", "--print-config"]
+    r = run_cli(*base, "--batch-size", "32", "--model", "tiny", env=env)
+    assert r.exit_code == 0, r.stderr
+    printed = tomllib.loads(r.stdout)
+    assert (printed["batch_size"], printed["lr"], printed["ijepa"]["pred_depth"], printed["ijepa"]["model"]) == (
+        32, 0.25, 3, "tiny")
+    r = run_cli(*base, env={**env, "JEPA_TRAIN_PRED_DEPTH": "many"})
+    assert_user_error(r, "JEPA_TRAIN_PRED_DEPTH", "'many' is not a valid integer")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_object_storage_url_is_refused_not_made_a_local_folder(run_cli, digits, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("train", "--data", digits, "-o", "gs://bucket/run", "--steps", "1")
+    assert_user_error(r, "--out gs://bucket/run: URLs are not supported")
+    assert list(tmp_path.iterdir()) == []
