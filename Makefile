@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 venv: $(VENV)/.installed
 
 demo: venv
-	PATH="$(abspath $(BIN)):$$PATH" sh scripts/demo.sh $(DEMO)
+	$(MAKE) --no-print-directory -f recipes/quickstart.mk OUT=$(DEMO) JEPA=$(abspath $(BIN))/jepa PYTHON=$(abspath $(BIN))/python
 
 test: venv
 	$(BIN)/python -m pytest

@@ -7,3 +7,4 @@ MODEL_NAMES = ("tiny", "small", "base", "large", "huge", "giant")  # models/vit.
 LOSSES = ("smooth_l1", "l2", "l1")  # smooth_l1: the official I-JEPA code; l2: the paper
 COMPUTE_DTYPES = ("float32", "bfloat16")
 REMAT_POLICIES = ("none", "dots", "block")
+BUILTIN_SOURCES = ("digits", "moving-digits", "tones")  # `jepa ingest builtin:NAME` (data/sources.py BUILTINS)

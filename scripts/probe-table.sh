@@ -32,16 +32,4 @@ for probe in linear knn; do
     jepa probe "$probe" "$OUT/$run-train.zarr" "$OUT/$run-test.zarr" --json >> "$OUT/probes.jsonl"
   done
 done
-python - "$OUT/probes.jsonl" "$TITLE" <<'PY'
-import json, sys
-
-rows = [json.loads(line) for line in open(sys.argv[1])]
-names = ["raw pixels", "random-init encoder (--steps 0)", "I-JEPA pretrained encoder"]
-table = {name: {} for name in names}
-for i, row in enumerate(rows):
-    table[names[i % 3]][row["probe"]] = row["top1"]
-print(f"\n{sys.argv[2]}, top-1 accuracy ({rows[0]['n_train']} train / {rows[0]['n_test']} test)")
-print(f"{'features':<34}{'linear':>8}{'k-NN':>8}")
-for name in names:
-    print(f"{name:<34}{table[name]['linear']:>8.3f}{table[name]['knn']:>8.3f}")
-PY
+python "$(dirname "$0")/probe_table.py" --title "$TITLE" "$OUT/probes.jsonl"

@@ -15,7 +15,7 @@ from conftest import assert_user_error
 from jepa_cli.data import store
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "recipes" / "ijepa-digits-tiny.toml"
+RECIPE = ROOT / "jepa_cli" / "recipes" / "ijepa-digits-tiny.toml"
 
 
 def image_dataset(path, n=40, size=16, seed=0, labels=True, channels=1):

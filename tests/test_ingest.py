@@ -456,3 +456,14 @@ def test_every_supported_mode_converts_to_the_requested_channels_and_size(mode, 
     from jepa_cli.data.ingest import to_image
 
     assert to_image(Image.new(mode, (5, 4)), (3, 2), channels, "x.png").shape == (3, 2, channels)
+
+
+def test_builtin_digits_without_scikit_learn_names_the_extra(monkeypatch):
+    import sys
+
+    from jepa_cli.data.sources import load_digit_images
+    from jepa_cli.errors import InputError
+
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # what an install without the extra sees
+    with pytest.raises(InputError, match=r"builtin digits need scikit-learn: pip install 'jepa-cli\[digits\]'"):
+        load_digit_images()

@@ -73,12 +73,12 @@ def test_fmax_is_capped_at_nyquist_and_options_round_trip():
 
 
 def test_recipes_hold_audio_jepa_optimiser_values():
-    as2m = load_toml("recipes/audio-jepa-as2m.toml")
+    as2m = load_toml("builtin:audio-jepa-as2m")
     assert (as2m["lr"], as2m["start_lr"], as2m["final_lr"], as2m["warmup_steps"]) == (1e-3, 1e-6, 0.0, 1000)
     assert (as2m["wd"], as2m["final_wd"], as2m["betas"]) == (1e-6, 1e-6, [0.9, 0.95])
     obj = make_objective("audio-jepa", as2m["objective_config"])
     assert obj.model_config.grid == (16, 8)
-    tiny = make_objective("audio-jepa", {**load_toml("recipes/audio-jepa-tones-tiny.toml")["objective_config"],
+    tiny = make_objective("audio-jepa", {**load_toml("builtin:audio-jepa-tones-tiny")["objective_config"],
                                          "sample_rate": 16000, "seconds": 1.0})
     assert tiny.model_config.grid == (8, 4)
 

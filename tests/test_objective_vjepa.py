@@ -17,7 +17,7 @@ from jepa_cli.objectives import VJEPAConfig, VJEPAObjective, make_objective
 from jepa_cli.objectives.ijepa import layer_norm_no_affine
 from jepa_cli.objectives.vjepa import l1_pair_loss
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parent.parent / "jepa_cli" / "recipes"
 # clips of 4 frames of 8x8x3, tubelet 2 x 4 x 4 -> a 2 x 2 x 2 grid of 8 tokens (frame-major)
 # (masks: two types of one block, sized to fit a 2x2 grid; the sampler itself is tested in test_masks.py)
 TINY = dict(model="tiny", width=24, depth=1, heads=2, patch_size=4, image_size=8, channels=3, num_frames=4,

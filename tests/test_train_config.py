@@ -78,15 +78,25 @@ def test_a_bad_betas_option_is_one_line(run_cli):
                       "--betas must be two numbers in [0, 1) such as [0.9, 0.999], got [0.9]")
 
 
-def test_plain_progress_lines_at_each_tenth_when_stderr_is_not_a_terminal(capsys):
-    from jepa_cli.cli.common import progress_bar
+def test_plain_progress_lines_at_each_tenth_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    from jepa_cli.cli.common import ProgressHandle, progress_bar
 
+    monkeypatch.setattr(ProgressHandle, "PLAIN_AFTER_S", 0.0)  # lines from the start (10 s by default)
     with progress_bar("encoding", 20, "images") as advance:
         for _ in range(20):
             advance(1)
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(",")[0] for line in lines] == [f"encoding: {n}/20 images" for n in range(2, 21, 2)]
     assert lines[-1].endswith("ETA 0s")
+
+
+def test_a_short_command_writes_no_progress_line(capsys):
+    from jepa_cli.cli.common import progress_bar
+
+    with progress_bar("encoding", 20, "images") as advance:
+        for _ in range(20):
+            advance(1)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +133,9 @@ def test_an_object_storage_url_is_refused_not_made_a_local_folder(run_cli, digit
     r = run_cli("train", "--data", digits, "-o", "gs://bucket/run", "--steps", "1")
     assert_user_error(r, "--out gs://bucket/run: URLs are not supported")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_builtin_recipe_is_read_from_the_package_and_an_unknown_one_is_named():
+    assert load_toml("builtin:ijepa-digits-tiny")["steps"] == 500
+    with pytest.raises(InputError, match="builtin:nope: no such built-in recipe .known: builtin:audio-jepa-as2m, "):
+        load_toml("builtin:nope")

@@ -67,6 +67,12 @@ def test_info_and_ema_inspect(trained):
     assert info["kind"] == "run" and info["objective"] == "ijepa" and info["model"] == "tiny"
     assert info["steps_done"] == 40 and info["checkpoints"] == [20, 40] and len(info["params_sha256"]) == 64
     assert info["latest_metrics"]["step"] == 40
+    losses = [json.loads(x)["loss"] for x in (trained["run"] / "metrics.jsonl").read_text().splitlines()]
+    curve = info["loss_curve"]  # 40 logged rows: one per bucket
+    assert curve["steps"] == list(range(1, 41)) and curve["loss"] == pytest.approx(losses)
+    assert (curve["first"], curve["last"]) == (losses[0], losses[-1])
+    human = _cli("info", trained["run"]).stdout
+    assert f"{losses[0]:.4f} -> {losses[-1]:.4f} (steps 1..40)" in human
     r = _cli("ema-inspect", trained["run"], "--json", "--at", "20")
     assert r.exit_code == 0, r.stderr
     ema = json.loads(r.stdout)
@@ -76,6 +82,13 @@ def test_info_and_ema_inspect(trained):
     assert names and all(0 <= m["relative_distance"] < 1 and m["cosine"] > 0.5 for m in ema["modules"])
     r = _cli("ema-inspect", trained["run"])
     assert r.exit_code == 0 and "momentum" in r.stdout
+
+
+def test_sparkline_maps_the_range_onto_eight_blocks():
+    from jepa_cli.cli.common import sparkline
+
+    assert sparkline([0.0, 0.5, 1.0, 0.25]) == "▁▅█▃"
+    assert sparkline([2.0, 2.0]) == "▁▁"
 
 
 def _snapshot(path):
@@ -144,3 +157,56 @@ def test_a_redirected_stderr_gets_one_plain_line_every_log_every_updates(trained
     pattern = r"step \d+/46 loss \d+\.\d{4} lr \d\.\d\de-\d\d [\d,]+ ex/s ETA \d+(m\d\d)?s"
     assert all(re.fullmatch(pattern, s) for s in steps), steps
     assert "\x1b" not in r.stderr and ".py:" not in r.stderr  # no colour codes, no rich source tags
+
+
+def test_plot_draws_the_runs_curves_once_and_refuses_what_it_cannot(trained, tmp_path):
+    png = tmp_path / "curves.png"
+    r = _cli("plot", trained["run"], trained["run"], "-o", png, "--json")
+    assert r.exit_code == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["rows"] == {str(trained["run"]): 40} and result["metrics"][0] == "loss"
+    first = png.read_bytes()
+    assert first.startswith(b"\x89PNG")
+    assert_user_error(_cli("plot", trained["run"], "-o", png), "already exists")
+    assert png.read_bytes() == first
+    assert _cli("plot", trained["run"], trained["run"], "-o", png, "--force").exit_code == 0
+    assert png.read_bytes() == first  # the same run gives the same bytes
+    assert_user_error(_cli("plot", trained["run"], "-o", tmp_path / "b.png", "--metrics", "loss,nope"), "nope")
+    assert_user_error(_cli("plot", trained["digits"], "-o", tmp_path / "c.png"), "not a training run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png"]
+
+
+def _tensorboard_scalars(directory) -> dict:
+    """{(tag, step): value} from the TFRecord event files in `directory` (tensorboardX's protobufs)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = {}
+    for path in directory.glob("events.out.tfevents.*"):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = Event.FromString(data[at + 12:at + 12 + length])  # after length and its crc
+            at += 12 + length + 4  # and the data's crc
+            for value in event.summary.value:
+                out[(value.tag, event.step)] = value.simple_value
+    return out
+
+
+def test_tensorboard_gets_the_rows_of_metrics_jsonl(trained, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["run"], run)
+    board = tmp_path / "board"
+    r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "42", "--tensorboard", board,
+             "-q")
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-2:]
+    scalars = _tensorboard_scalars(board)
+    for row in rows:
+        assert scalars[("loss", row["step"])] == pytest.approx(row["loss"], rel=1e-6)
+        assert scalars[("lr", row["step"])] == pytest.approx(row["lr"], rel=1e-6)
+    assert {step for _, step in scalars} == {41, 42}

@@ -113,7 +113,7 @@ def test_recipes_parse():
 
     from jepa_cli.objectives import make_objective
 
-    root = Path(__file__).resolve().parents[1] / "recipes"
+    root = Path(__file__).resolve().parents[1] / "jepa_cli" / "recipes"
     for path in sorted(root.glob("*.toml")):
         cfg = config_lib.resolve_config({}, path)
         make_objective(cfg.objective, cfg.objective_config)  # every key is known to the objective

@@ -115,8 +115,10 @@ class ProgressHandle:
 
     On a terminal it moves the bar. When stderr is a file or a pipe (SLURM, nohup, `2>log`) the bar is
     not drawn; instead one plain line `DESCRIPTION: DONE/TOTAL UNIT, RATE UNIT/s, ETA` is written at
-    every tenth of the total and at least every `PLAIN_EVERY_S` seconds."""
+    every tenth of the total and at least every `PLAIN_EVERY_S` seconds, once the work has run for
+    `PLAIN_AFTER_S`: a short command writes none, so that an error stays the only line on stderr."""
 
+    PLAIN_AFTER_S = 10.0
     PLAIN_EVERY_S = 30.0
 
     def __init__(self, progress, task, unit: str, quiet: bool = False) -> None:
@@ -141,6 +143,8 @@ class ProgressHandle:
 
     def _plain_line(self) -> None:
         now = time.monotonic()
+        if now - self._start < self.PLAIN_AFTER_S:
+            return
         total = self._progress.tasks[0].total
         tenth = int(10 * self._done / total) if total else 0
         if tenth <= self._tenth_logged and now - self._last_line < self.PLAIN_EVERY_S:
@@ -184,6 +188,21 @@ def live_progress(*columns, quiet: bool = False) -> Iterator[Progress]:
         except BaseException:
             progress.live.transient = True
             raise
+
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def spark_levels(values: list[float]) -> list[int]:
+    """Each value's height 0..7 between the minimum and the maximum (all 0 when they are equal)."""
+    lo, hi = min(values), max(values)
+    top = len(SPARK_BLOCKS) - 1
+    return [0 if hi == lo else round((v - lo) / (hi - lo) * top) for v in values]
+
+
+def sparkline(values: list[float]) -> str:
+    """`▇▆▄▃▂▁▁▁`: one block character per value."""
+    return "".join(SPARK_BLOCKS[level] for level in spark_levels(values))
 
 
 def parse_hxw(value: str | None, option: str) -> tuple[int, int] | None:

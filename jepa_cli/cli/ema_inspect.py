@@ -6,15 +6,15 @@ from typing import Any
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, warn
+from jepa_cli.cli.common import SPARK_BLOCKS, emit, output_options, spark_levels, warn
+from jepa_cli.cli.complete import complete_runs, complete_steps
 
-BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 @click.command("ema-inspect")
-@click.argument("run", type=click.Path())
+@click.argument("run", type=click.Path(), shell_complete=complete_runs)
 @click.option("--at", "at", type=int, default=None, help="Also evaluate the momentum schedule at this step.")
-@click.option("--step", "step", type=int, default=None, help="Inspect this checkpoint (default: the latest).")
+@click.option("--step", "step", type=int, default=None, shell_complete=complete_steps, help="Inspect this checkpoint (default: the latest).")
 @output_options
 def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: int, quiet: bool) -> None:
     """Show the EMA momentum schedule of a run and how far the EMA is from the online weights.
@@ -46,9 +46,8 @@ def _human(r: dict[str, Any]) -> None:
     values = [p["momentum"] for p in r["schedule"]]
     lo, hi = min(values), max(values)
     text = Text()
-    for p in r["schedule"]:
-        level = 0 if hi == lo else round((p["momentum"] - lo) / (hi - lo) * (len(BLOCKS) - 1))
-        text.append(BLOCKS[level], style="bold green" if p["step"] <= r["step"] else "dim")
+    for p, level in zip(r["schedule"], spark_levels(values)):
+        text.append(SPARK_BLOCKS[level], style="bold green" if p["step"] <= r["step"] else "dim")
     console.print(Text(f"{hi:.4f} ┐ ", style="dim") + Text(""))
     console.print(Text("       │ ") + text)
     console.print(Text(f"{lo:.4f} ┘ 0{' ' * max(1, len(values) - len(str(r['total_steps'])) - 1)}{r['total_steps']}",

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from jepa_cli.cli.common import emit, output_options, progress_bar, warn
+from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_steps
 
 
 @click.command("encode-latents")
-@click.argument("run", type=click.Path(path_type=str))
-@click.argument("data", type=click.Path(path_type=str))
+@click.argument("run", type=click.Path(path_type=str), shell_complete=complete_runs)
+@click.argument("data", type=click.Path(path_type=str), shell_complete=complete_datasets)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="The latent dataset to write.")
-@click.option("--step", type=click.IntRange(min=0), default=None, help="Checkpoint step (default: the latest).")
+@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps, help="Checkpoint step (default: the latest).")
 @click.option("--weights", type=click.Choice(["target", "context"]), default="target", show_default=True,
               help="The EMA target encoder (as I-JEPA evaluates) or the context encoder.")
 @click.option("--pool", type=click.Choice(["mean", "none"]), default="mean", show_default=True,

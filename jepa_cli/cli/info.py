@@ -6,11 +6,12 @@ from typing import Any
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, print_mapping
+from jepa_cli.cli.common import emit, output_options, print_mapping, sparkline
+from jepa_cli.cli.complete import complete_runs_or_datasets
 
 
 @click.command("info")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(), shell_complete=complete_runs_or_datasets)
 @click.option("--png", "png_path", type=click.Path(dir_okay=False),
               help="Dataset: write a picture of the first samples (video: one row of frames per clip; "
                    "audio: log-mel spectrograms).")
@@ -50,13 +51,17 @@ def command(path: str, png_path: str | None, samples: int, force: bool, as_json:
 def _human(description: dict[str, Any]) -> None:
     flat: dict[str, Any] = {}
     for key, value in description.items():
-        if key == "label_histogram":
+        if key in ("label_histogram", "loss_curve"):
             continue
         if isinstance(value, dict) and key != "attributes":
             for sub, sub_value in value.items():
                 flat[f"{key}.{sub}"] = sub_value
         else:
             flat[key] = value
+    curve = description.get("loss_curve")
+    if curve:
+        flat["loss"] = (f"{sparkline(curve['loss'])}  {curve['first']:.4f} -> {curve['last']:.4f} "
+                        f"(steps {curve['steps'][0]}..{curve['steps'][-1]})")
     print_mapping(flat, title=f"{description['kind']}: {description['path']}")
     histogram = description.get("label_histogram")
     if histogram:

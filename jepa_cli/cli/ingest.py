@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, progress_bar, stderr_console, stderr_log
+from jepa_cli.cli.complete import complete_sources
 
 
 def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
@@ -18,7 +19,7 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 
 
 @click.command("ingest")
-@click.argument("source", required=True)
+@click.argument("source", required=True, shell_complete=complete_sources)
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=False), required=True)
 @click.option("--labels", "labels_path",
               help="Labels file (.npy, .txt, IDX) for an array or IDX source; a path,label CSV for an audio folder.")

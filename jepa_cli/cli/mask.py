@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_log
+from jepa_cli.cli.complete import complete_datasets
 
 TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
                   "dark_orange", "purple", "deep_pink2", "gold1"]
@@ -41,7 +42,7 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @click.option("--show", is_flag=True, help="Draw the first samples in the terminal.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), help="Write a picture grid of the first samples.")
-@click.option("--data", type=click.Path(), help="Dataset (zarr) whose first samples --png draws under the masks.")
+@click.option("--data", type=click.Path(), shell_complete=complete_datasets, help="Dataset (zarr) whose first samples --png draws under the masks.")
 @click.option("--samples", type=click.IntRange(min=1), default=4, show_default=True,
               help="How many samples --show and --png draw.")
 @click.option("--stats", is_flag=True, help="Token counts and per-position coverage heat maps.")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_log, warn
+from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_steps
 
 
 @click.command("probe")
 @click.argument("probe", type=click.Choice(["linear", "knn", "attentive"]))
-@click.argument("train", type=click.Path(path_type=str))
-@click.argument("test", type=click.Path(path_type=str))
+@click.argument("train", type=click.Path(path_type=str), shell_complete=complete_datasets)
+@click.argument("test", type=click.Path(path_type=str), shell_complete=complete_datasets)
 @click.option("--raw", is_flag=True, help="Probe raw inputs (flattened, pixels scaled to [0, 1]) instead of latents.")
 @click.option("--k", "k", type=click.IntRange(min=1), default=20, show_default=True, help="knn: neighbours.")
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.07, show_default=True,
@@ -24,9 +25,9 @@ from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stder
 @click.option("--allow-mismatch", is_flag=True,
               help="Probe TRAIN and TEST even if they were encoded differently (run, step, weights, pool, layers).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the held-out split / probe init.")
-@click.option("--run", "run_dir", type=click.Path(path_type=str), default=None,
+@click.option("--run", "run_dir", type=click.Path(path_type=str), default=None, shell_complete=complete_runs,
               help="Probe RUN's target encoder on TRAIN and TEST as image (or audio, video) datasets, encoded in memory.")
-@click.option("--step", "step", default=None, metavar="N|all",
+@click.option("--step", "step", default=None, metavar="N|all", shell_complete=complete_steps,
               help="With --run: the checkpoint to probe (default: the latest), or all of them, oldest first.")
 @output_options
 def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, per_class, allow_mismatch, seed, run_dir,
@@ -83,7 +84,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     predictions = out.pop("predictions")
     result = {"probe": probe, "top1": out.pop("top1"), "top5": out.pop("top5"), "n_train": tr.n, "n_test": te.n,
               "num_classes": num_classes, "dim": int(tr.x.shape[-1]), "raw": raw, "train": train, "test": test,
-              "encoding_mismatch": mismatch,
+              "encoder": feats.encoder_of(tr.attrs, raw), "encoding_mismatch": mismatch,
               **out, "seconds": round(time.perf_counter() - start, 3)}
     if per_class:
         result["per_class"] = feats.per_class_accuracy(te.labels, predictions, num_classes,

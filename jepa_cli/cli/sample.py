@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, progress_bar, warn
+from jepa_cli.cli.complete import complete_runs, complete_steps
 
 
 def _interval(ctx, param, value):
@@ -28,7 +29,7 @@ def _classes(ctx, param, value):
 
 
 @click.command("sample")
-@click.argument("run", type=click.Path(path_type=str))
+@click.argument("run", type=click.Path(path_type=str), shell_complete=complete_runs)
 @click.option("-n", "num", type=int, default=64, show_default=True,
               help="Samples per class with --class/--classes, else in all.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="The dataset to write.")
@@ -44,7 +45,7 @@ def _classes(ctx, param, value):
 @click.option("--eta", type=float, default=0.0, show_default=True, help="DDIM stochasticity (0: deterministic).")
 @click.option("--steps", type=int, default=32, show_default=True, help="Sampling steps.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
-@click.option("--step", type=click.IntRange(min=0), default=None, help="Checkpoint step (default: the latest).")
+@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps, help="Checkpoint step (default: the latest).")
 @click.option("--weights", type=click.Choice(["ema", "online"]), default="ema", show_default=True,
               help="The EMA or the online parameters.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Samples per jitted trajectory.")

@@ -6,7 +6,8 @@ import time
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw
+from jepa_cli.cli.common import emit, output_options, parse_hxw
+from jepa_cli.cli.complete import complete_datasets, complete_recipes, complete_runs
 from jepa_cli.errors import InputError, JepaError
 from jepa_cli.names import COMPUTE_DTYPES, LOSSES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.objectives.genconfig import train_flags
@@ -56,8 +57,12 @@ def _trainer_options(func):
         if rule.choices:
             kind = NameChoice(rule.choices, rule.allow_module)
         func = click.option(*names, field.name, type=kind, default=None, help=help_text,
-                            metavar="B1,B2" if rule.kind == "betas" else None)(func)
+                            metavar="B1,B2" if rule.kind == "betas" else None,
+                            shell_complete=COMPLETERS.get(field.name))(func)
     return func
+
+
+COMPLETERS = {"data": complete_datasets, "out": complete_runs}  # the shell completes these keys' paths
 
 
 def _shown(default) -> str:
@@ -82,8 +87,9 @@ class NameChoice(click.Choice):
 
 @click.command("train")
 @_trainer_options
-@click.option("--config", "config_path", type=click.Path(), default=None,
-              help="TOML recipe; JEPA_TRAIN_<KEY> variables override it and the command line overrides both.")
+@click.option("--config", "config_path", type=click.Path(), default=None, shell_complete=complete_recipes,
+              help="TOML recipe, a path or builtin:NAME (jepa_cli/recipes); JEPA_TRAIN_<KEY> variables override it "
+                   "and the command line overrides both.")
 @click.option("--print-config", is_flag=True,
               help="Print the resolved configuration as TOML (a recipe that gives the same run.json) and exit.")
 @click.option("--model", type=click.Choice(MODEL_NAMES), default=None, help="Encoder size.")
@@ -129,8 +135,8 @@ def command(ctx: click.Context, config_path, print_config, resume, force, coordi
 
     \b
     Examples:
-      jepa train --config recipes/ijepa-digits-tiny.toml --data digits.zarr --out runs/digits
-      jepa train --data in1k.zarr --out runs/vith14 --config recipes/ijepa-in1k-vith14.toml --mesh data=-1,fsdp=8
+      jepa train --config builtin:ijepa-digits-tiny --data digits.zarr --out runs/digits
+      jepa train --data in1k.zarr --out runs/vith14 --config builtin:ijepa-in1k-vith14 --mesh data=-1,fsdp=8
       jepa train --out runs/digits --data digits.zarr --resume
     """
     from jepa_cli.training.config import parse_text, resolve_config

@@ -17,6 +17,7 @@ import numpy as np
 
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
+from jepa_cli.names import BUILTIN_SOURCES
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 BUILTINS = {
@@ -25,6 +26,7 @@ BUILTINS = {
                      "(?label=direction: 4 motion directions; ?digits=2: a second digit; ?size=64)",
     "tones": "300 synthetic audio clips of 1-2 s, 10 classes (tones, chirps, noise bands; made at --sample-rate)",
 }
+assert tuple(BUILTINS) == BUILTIN_SOURCES
 IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
@@ -100,18 +102,27 @@ def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
     return source
 
 
+def load_digit_images() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The 1,797 8x8 handwritten digits bundled with scikit-learn (UCI optdigits test set): images
+    uint8 [1797, 8, 8] in 0..255, labels int32 [1797] and the class names "0".."9". scikit-learn is
+    the optional `digits` extra."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise InputError("builtin digits need scikit-learn: pip install 'jepa-cli[digits]'") from None
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # sklearn's digits are 0..16
+    return images, digits.target.astype(np.int32), [str(int(c)) for c in digits.target_names]
+
+
 def _builtin(name: str) -> Source:
     if name not in BUILTINS:
         raise InputError(f"builtin:{name}: unknown built-in source (known: {', '.join('builtin:' + n for n in BUILTINS)})")
     if name == "tones":  # audio: jepa_cli.data.audio.tones_source
         raise InputError("builtin:tones is an audio source (jepa_cli.data.audio.open_audio_source)")
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # sklearn's digits are 0..16
+    images, labels, class_names = load_digit_images()
     source = _array_source(Path("builtin:digits"), images, "builtin:digits")
-    source.labels = digits.target.astype(np.int32)
-    source.class_names = [str(int(c)) for c in digits.target_names]
+    source.labels, source.class_names = labels, class_names
     return source
 
 

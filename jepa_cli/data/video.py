@@ -389,10 +389,9 @@ def moving_digits(query: str) -> Any:
     for key, value in options.items():
         if value not in allowed[key]:
             raise InputError(f"builtin:moving-digits: {key} must be {' or '.join(allowed[key])}, got {value!r}")
-    from sklearn.datasets import load_digits
+    from jepa_cli.data.sources import load_digit_images
 
-    digits = load_digits()
-    glyphs = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # sklearn's digits are 0..16
+    glyphs, digit_labels, digit_names = load_digit_images()
     n, size, count = len(glyphs), int(options["size"]), int(options["digits"])
     scale = size // 16  # 8x8 glyphs drawn at half the frame's size: 16x16 in 32x32
     glyph, room = 8 * scale, size - 8 * scale
@@ -418,7 +417,7 @@ def moving_digits(query: str) -> Any:
 
     spec = "builtin:moving-digits" + (f"?{query}" if query else "")
     if options["label"] == "digit":
-        labels, names = digits.target.astype(np.int32), [str(int(c)) for c in digits.target_names]
+        labels, names = digit_labels, digit_names
     else:
         labels, names = direction[:, 0].astype(np.int32), list(DIRECTIONS)
     attributes = _attributes(ClipOptions(MOVING_FRAMES, 1, 1), MOVING_FRAMES, None)

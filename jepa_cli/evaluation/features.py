@@ -85,6 +85,16 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
     return Features(path, x, labels, list(attrs.get("class_names") or []), attrs, sample_shape)
 
 
+def encoder_of(attrs: dict[str, Any], raw: bool = False) -> dict[str, Any] | None:
+    """What produced a set of features, from its `provenance` (docs/formats.md, embedding sets): the run,
+    checkpoint step, weights (target or context), layers, pool and source dataset. None for raw
+    inputs and for datasets that no encoder wrote."""
+    provenance = attrs.get("provenance")
+    if raw or not isinstance(provenance, dict) or "run" not in provenance:
+        return None
+    return {key: provenance.get(key) for key in ("run", "step", "weights", "layers", "pool", "source")}
+
+
 def encoding_mismatch(train_attrs: dict[str, Any], test_attrs: dict[str, Any]) -> str | None:
     """How two sets' encodings differ (their `provenance` attributes apart from the source, and
     their class names), as one line; None when they match, so that a probe compares like with like."""

@@ -115,6 +115,9 @@ class TrainConfig:
     collapse_threshold: float = _key(1e-4, _Rule("float", 0), "Warn when repr_std or target_std falls below this.")
     collapse_rank_fraction: float = _key(0.7, _Rule("float", 0, 1),
                                          "Warn when effective_rank falls below this fraction of its peak.")
+    tensorboard: str | None = _key(None, _Rule("str", nullable=True),
+                                   "Also write every logged metric as TensorBoard events into this folder "
+                                   "(the tensorboard extra; metrics.jsonl stays the record).")
     num_threads: int = _key(2, _Rule("int", 1), "Reader threads of the input pipeline.")
     # the k-NN probe of the target encoder during training (evaluation/online.py)
     probe_every: int | None = _key(None, _Rule("int", 1, nullable=True),
@@ -138,7 +141,30 @@ ENV_PREFIX = "JEPA_TRAIN_"  # JEPA_TRAIN_BATCH_SIZE=256 sets batch_size (between
 TRAINER_FIELDS = tuple(f for f in dataclasses.fields(TrainConfig) if f.name != "objective_config")
 TRAINER_KEYS = {f.name for f in TRAINER_FIELDS}
 RULES: dict[str, _Rule] = {f.name: f.metadata["rule"] for f in TRAINER_FIELDS}
-RUNTIME_KEYS = {"data", "out"}  # where, not what: never a model mismatch
+
+
+BUILTIN_PREFIX = "builtin:"
+
+
+def builtin_recipes() -> list[str]:
+    """The recipes shipped inside the package (jepa_cli/recipes/NAME.toml), by NAME."""
+    return sorted(p.stem for p in BUILTIN_RECIPES_DIR.glob("*.toml"))
+
+
+BUILTIN_RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+def recipe_path(path: str | Path) -> Path:
+    """A recipe's file: `builtin:NAME` is jepa_cli/recipes/NAME.toml (an installed `jepa` needs no clone);
+    anything else is a path."""
+    text = str(path)
+    if not text.startswith(BUILTIN_PREFIX):
+        return Path(path)
+    name = text[len(BUILTIN_PREFIX):]
+    if name not in builtin_recipes():
+        raise InputError(f"{text}: no such built-in recipe (known: "
+                         f"{', '.join(BUILTIN_PREFIX + n for n in builtin_recipes())})")
+    return BUILTIN_RECIPES_DIR / f"{name}.toml"
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -146,7 +172,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
     Unknown keys, values of the wrong type or out of range, and syntax errors are InputErrors that
     name the file (and the key, or the line)."""
-    path = Path(path)
+    path = recipe_path(path)
     if not path.exists():
         raise InputError(f"{path}: no such config file")
     if not path.is_file():

@@ -25,7 +25,7 @@ import numpy as np
 
 from jepa_cli.errors import InputError, JepaError, Terminated
 from jepa_cli.training.config import TrainConfig, resolve_lengths
-from jepa_cli.training.run import METRICS_FILE, RUN_FILE
+from jepa_cli.training.run import METRICS_FILE, RUN_FILE, MetricsWriter
 
 
 class TrainingDiverged(JepaError):
@@ -348,6 +348,10 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     batch_spec = abstract_batch(config.data, transform, config.batch_size, batch_sh, _uses_labels(objective))
     _trace_step(step_fn, abstract, state_sh, batch_spec, config.objective)
     probe = _make_probe(config, objective, abstract, out)
+    if config.tensorboard:
+        from jepa_cli.training.run import require_tensorboard
+
+        require_tensorboard()  # a missing extra is refused before anything is written
     record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths,
               "dataset": {k: v for k, v in ds.items() if k != "attrs"}, "status": "running"}
     return _Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
@@ -479,7 +483,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
     collapse_reported = False
     rank_peak: float | None = None  # the highest smoothed effective_rank in this process
     rank_smooth: float | None = None  # effective_rank averaged over about the last 20 updates (one batch is noisy)
-    metrics_file = open(out / METRICS_FILE, "a") if main else None
+    metrics_file = MetricsWriter(out, config.tensorboard) if main else None
     try:
         if start_step == 0 and steps == 0:
             save(0)
@@ -503,8 +507,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
                 line = {"step": step_no, **_jsonable_metrics(host), "examples_per_sec": rate}
                 last = line
                 if metrics_file:
-                    metrics_file.write(json.dumps(line) + "\n")
-                    metrics_file.flush()
+                    metrics_file.write(line)
             cb.on_step({"step": step_no, **_jsonable_metrics(host)})
             if not finite:
                 ckpts.wait()
@@ -536,8 +539,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
         if plan.probe is not None and start_step == 0:  # the random initialisation's score: the baseline
             row = {"step": 0, **run_probe(plan.probe, objective, state, out)}
             if metrics_file:
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
+                metrics_file.write(row)
             summary["probe"] = row
             cb.on_log(f"step 0: k-NN top-1 {row['knn_top1']:.4f}, top-5 {row['knn_top5']:.4f} (the initialisation)")
             t_last = time.perf_counter()

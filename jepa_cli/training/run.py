@@ -214,6 +214,43 @@ def params_sha256(tree: Any) -> str:
     return h.hexdigest()
 
 
+class MetricsWriter:
+    """Appends rows to RUN/metrics.jsonl (the record every command reads) and, with `tensorboard_dir`,
+    writes each row's finite numbers as TensorBoard scalars at the row's step (tensorboardX)."""
+
+    def __init__(self, run_dir: str | Path, tensorboard_dir: str | None = None) -> None:
+        self._file = open(Path(run_dir) / METRICS_FILE, "a")
+        self._board = tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._board is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and np.isfinite(value):
+                    self._board.add_scalar(key, float(value), int(row["step"]))
+            self._board.flush()
+
+    def close(self) -> None:
+        self._file.close()
+        if self._board is not None:
+            self._board.close()
+
+
+def require_tensorboard() -> type:
+    """tensorboardX's SummaryWriter; an InputError naming the extra when it is not installed."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        raise InputError("--tensorboard needs tensorboardX: pip install 'jepa-cli[tensorboard]'") from None
+    return SummaryWriter
+
+
+def tensorboard_writer(directory: str):
+    """A TensorBoard event writer on `directory` (created if missing)."""
+    return require_tensorboard()(directory)
+
+
 def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -228,6 +265,18 @@ def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str,
         except ValueError:
             continue
     return out
+
+
+def loss_curve(metrics: list[dict[str, Any]], points: int = 60) -> dict[str, Any] | None:
+    """The logged loss in at most `points` consecutive buckets: the mean loss of each bucket and its
+    last step (what `jepa info` draws as a sparkline). None when no finite loss was logged."""
+    rows = [(m["step"], m["loss"]) for m in metrics
+            if isinstance(m.get("loss"), (int, float)) and np.isfinite(m["loss"]) and "step" in m]
+    if not rows:
+        return None
+    buckets = np.array_split(np.asarray(rows, np.float64), min(points, len(rows)))
+    return {"steps": [int(b[-1, 0]) for b in buckets], "loss": [float(b[:, 1].mean()) for b in buckets],
+            "first": float(rows[0][1]), "last": float(rows[-1][1])}
 
 
 def describe_run(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -247,8 +296,9 @@ def describe_run(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
         "mesh": config.get("mesh"),
         "status": record.get("status"),
     }
-    metrics = read_metrics(path, last=1)
+    metrics = read_metrics(path)
     out["latest_metrics"] = metrics[-1] if metrics else None
+    out["loss_curve"] = loss_curve(metrics)
     if steps:
         from jepa_cli.training.checkpoint import UnreadableCheckpoint
 

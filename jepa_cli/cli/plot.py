@@ -1,0 +1,37 @@
+"""`jepa plot`."""
+
+from __future__ import annotations
+
+import click
+
+from jepa_cli.cli.common import emit, output_options
+from jepa_cli.cli.complete import complete_runs
+
+
+@click.command("plot")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=str), shell_complete=complete_runs)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="The PNG to write.")
+@click.option("--metrics", default=None,
+              help="Comma-separated metrics.jsonl keys, one panel each "
+                   "[default: loss,lr,weight_decay,ema_momentum,repr_std,repr_cov_offdiag].")
+@click.option("--force", is_flag=True, help="Replace an existing PNG (nothing else).")
+@output_options
+def command(runs: tuple[str, ...], output: str, metrics: str | None, force: bool, as_json: bool, verbose: int,
+            quiet: bool) -> None:
+    """Plot training curves of one or more runs against the step, overlaid (needs the plot extra).
+
+    \b
+    Examples:
+      jepa plot runs/digits -o curves.png
+      jepa plot runs/a runs/b -o compare.png --metrics loss,effective_rank,knn_top1
+    """
+    from jepa_cli.training.curves import DEFAULT_METRICS, plot_runs
+
+    chosen = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else DEFAULT_METRICS
+    if not chosen:
+        from jepa_cli.errors import InputError
+
+        raise InputError("--metrics names no metric")
+    result = plot_runs(list(runs), output, chosen, force=force)
+    emit(result, as_json, lambda r: click.echo(f"wrote {r['png']}: {', '.join(r['metrics'])} of {len(r['runs'])} run(s)"))

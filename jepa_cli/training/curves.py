@@ -1,0 +1,73 @@
+"""Training curves of one or more runs as a PNG (`jepa plot`), from each run's metrics.jsonl.
+
+matplotlib is the optional `plot` extra; nothing else in the toolkit needs it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from jepa_cli.errors import InputError
+
+DEFAULT_METRICS = ("loss", "lr", "weight_decay", "ema_momentum", "repr_std", "repr_cov_offdiag")
+LOG_SCALE = {"loss", "lr", "repr_std", "repr_cov_offdiag", "target_std"}  # positive and spanning decades
+
+
+def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS,
+              force: bool = False) -> dict[str, Any]:
+    """One panel per metric against the update step, every run overlaid (labelled by its folder name),
+    written atomically to `output` (a PNG). A metric that no run logged is an InputError naming it.
+    Returns {"png", "runs", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
+    from jepa_cli.data import store
+    from jepa_cli.training.run import read_metrics, read_run
+
+    store.check_output_file(output, force, store.PNG_MAGIC, "PNG picture")
+    series: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        read_run(run)  # a folder that is not a run is refused by name
+        rows = read_metrics(run)
+        if not rows:
+            raise InputError(f"{run}: no metrics logged yet (metrics.jsonl is empty or missing)")
+        series[str(run)] = rows
+    missing = [m for m in metrics if not any(m in row for rows in series.values() for row in rows)]
+    if missing:
+        raise InputError(f"no run logged {', '.join(missing)} (metrics.jsonl keys such as "
+                         f"{', '.join(DEFAULT_METRICS)})")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display, the same pixels on every machine
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("jepa plot needs matplotlib: pip install 'jepa-cli[plot]'") from None
+
+    columns = min(3, len(metrics))
+    rows_of_panels = math.ceil(len(metrics) / columns)
+    figure, axes = plt.subplots(rows_of_panels, columns, figsize=(4.2 * columns, 3.0 * rows_of_panels),
+                                squeeze=False, dpi=100)
+    for panel, metric in zip(axes.flat, metrics):
+        for name, rows in series.items():
+            points = [(row["step"], row[metric]) for row in rows
+                      if isinstance(row.get(metric), (int, float)) and math.isfinite(row[metric])]
+            if points:
+                steps, values = zip(*points)
+                panel.plot(steps, values, label=Path(name).name, linewidth=1.2)
+                if metric in LOG_SCALE and min(values) > 0:
+                    panel.set_yscale("log")
+        panel.set_title(metric, fontsize=10)
+        panel.set_xlabel("step", fontsize=8)
+        panel.tick_params(which="both", labelsize=7)
+        panel.grid(alpha=0.3)
+    for panel in list(axes.flat)[len(metrics):]:
+        panel.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: same bytes on rerun
+    plt.close(figure)
+    store.write_file(output, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    return {"png": str(output), "runs": [str(r) for r in runs], "metrics": list(metrics),
+            "rows": {str(r): len(rows) for r, rows in series.items()}}
