@@ -14,7 +14,8 @@ from jepa_cli.cli.complete import complete_runs, complete_steps
 @click.command("ema-inspect")
 @click.argument("run", type=click.Path(), shell_complete=complete_runs)
 @click.option("--at", "at", type=int, default=None, help="Also evaluate the momentum schedule at this step.")
-@click.option("--step", "step", type=int, default=None, shell_complete=complete_steps, help="Inspect this checkpoint (default: the latest).")
+@click.option("--step", "step", type=int, default=None, shell_complete=complete_steps,
+              help="Inspect this checkpoint (default: the latest).")
 @output_options
 def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: int, quiet: bool) -> None:
     """Show the EMA momentum schedule of a run and how far the EMA is from the online weights.

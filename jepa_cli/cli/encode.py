@@ -12,7 +12,8 @@ from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_ste
 @click.argument("run", type=click.Path(path_type=str), shell_complete=complete_runs)
 @click.argument("data", type=click.Path(path_type=str), shell_complete=complete_datasets)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="The latent dataset to write.")
-@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps, help="Checkpoint step (default: the latest).")
+@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps,
+              help="Checkpoint step (default: the latest).")
 @click.option("--weights", type=click.Choice(["target", "context"]), default="target", show_default=True,
               help="The EMA target encoder (as I-JEPA evaluates) or the context encoder.")
 @click.option("--pool", type=click.Choice(["mean", "none"]), default="mean", show_default=True,

@@ -11,7 +11,8 @@ from jepa_cli.cli.complete import complete_datasets, complete_runs
 @click.command("fd")
 @click.argument("a", type=click.Path(path_type=str), shell_complete=complete_datasets)
 @click.argument("b", type=click.Path(path_type=str), shell_complete=complete_datasets)
-@click.option("--run", type=click.Path(path_type=str), default=None, shell_complete=complete_runs,
+@click.option("--run", type=click.Path(path_type=str), default=None,
+              shell_complete=complete_runs,
               help="Encode image datasets with this JEPA run's target encoder first (FD in its representation space).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True, help="Images per encoder step.")
 @output_options

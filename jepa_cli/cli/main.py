@@ -28,8 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("jepa_cli.cli.sample", "Draw samples from a flow or diffusion run into a dataset."),
     "import-checkpoint": ("jepa_cli.cli.import_checkpoint", "Convert a published I-JEPA checkpoint into a run directory."),
     "fd": ("jepa_cli.cli.fd", "Frechet distance between the feature distributions of two datasets."),
-    "plot": ("jepa_cli.cli.plot", "Plot training curves of one or more runs against the step, overlaid (needs the plot extra)."),
-    "env": ("jepa_cli.cli.env", "Show the backend, devices, processes and library versions that `jepa train` would use."),
+    "plot": ("jepa_cli.cli.plot",
+             "Plot training curves of one or more runs against the step, overlaid (needs the plot extra)."),
+    "env": ("jepa_cli.cli.env",
+            "Show the backend, devices, processes and library versions that `jepa train` would use."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
 

@@ -34,4 +34,5 @@ def command(runs: tuple[str, ...], output: str, metrics: str | None, force: bool
 
         raise InputError("--metrics names no metric")
     result = plot_runs(list(runs), output, chosen, force=force)
-    emit(result, as_json, lambda r: click.echo(f"wrote {r['png']}: {', '.join(r['metrics'])} of {len(r['runs'])} run(s)"))
+    emit(result, as_json,
+         lambda r: click.echo(f"wrote {r['png']}: {', '.join(r['metrics'])} of {len(r['runs'])} run(s)"))

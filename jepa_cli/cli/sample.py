@@ -45,7 +45,8 @@ def _classes(ctx, param, value):
 @click.option("--eta", type=float, default=0.0, show_default=True, help="DDIM stochasticity (0: deterministic).")
 @click.option("--steps", type=int, default=32, show_default=True, help="Sampling steps.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
-@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps, help="Checkpoint step (default: the latest).")
+@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps,
+              help="Checkpoint step (default: the latest).")
 @click.option("--weights", type=click.Choice(["ema", "online"]), default="ema", show_default=True,
               help="The EMA or the online parameters.")
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Samples per jitted trajectory.")

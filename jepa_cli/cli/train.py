@@ -197,7 +197,8 @@ def command(ctx: click.Context, config_path, print_config, resume, force, coordi
             log(f"step {m['step']}: k-NN top-1 {m['knn_top1']:.4f}, top-5 {m['knn_top5']:.4f} "
                 f"({m['probe_seconds']:.1f} s)")
         if plain and (m["step"] % config.log_every == 0 or m["step"] == task["steps"]):
-            log(plain_step_line(m, task["steps"], m["step"] - task["line_step"], now - task["line_t"], config.batch_size))
+            done, seconds = m["step"] - task["line_step"], now - task["line_t"]
+            log(plain_step_line(m, task["steps"], done, seconds, config.batch_size))
             task.update(line_step=m["step"], line_t=now)  # the next line's rate covers the updates since this one
 
     callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=log,
