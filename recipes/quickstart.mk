@@ -24,6 +24,7 @@ RECIPE ?= $(HERE)../jepa_cli/recipes/ijepa-digits-tiny.toml
 JEPA ?= jepa
 PYTHON ?= python3
 SIZE ?= 16x16
+SHAPE_FLAGS ?= --size $(SIZE)
 SPLIT_SEED ?= 0
 INGEST_FLAGS ?=
 STEPS ?=
@@ -32,7 +33,7 @@ TRAIN_FLAGS ?=
 PROBE_FLAGS ?=
 
 SPLIT = $(if $(filter $(TRAIN_SOURCE),$(TEST_SOURCE)),--split $(1) --seed $(SPLIT_SEED))
-TRAIN := $(JEPA) train --config $(RECIPE) --data $(OUT)/data-train.zarr --force --json -q \
+TRAIN := $(JEPA) train --config $(RECIPE) --data $(OUT)/data-train.zarr --force --json \
          $(if $(MESH),--mesh $(MESH)) $(TRAIN_FLAGS)
 RAW_PROBES ?= yes
 PROBE_TYPES ?= linear knn
@@ -47,11 +48,11 @@ all: $(OUT)/table.txt
 
 $(OUT)/data-train.zarr/zarr.json:
 	@mkdir -p $(OUT)
-	$(JEPA) ingest $(TRAIN_SOURCE) $(OUT)/data-train.zarr --size $(SIZE) $(call SPLIT,train) $(INGEST_FLAGS) --force -q
+	$(JEPA) ingest $(TRAIN_SOURCE) $(OUT)/data-train.zarr $(SHAPE_FLAGS) $(call SPLIT,train) $(INGEST_FLAGS) --force -q
 
 $(OUT)/data-test.zarr/zarr.json:
 	@mkdir -p $(OUT)
-	$(JEPA) ingest $(TEST_SOURCE) $(OUT)/data-test.zarr --size $(SIZE) $(call SPLIT,test) $(INGEST_FLAGS) --force -q
+	$(JEPA) ingest $(TEST_SOURCE) $(OUT)/data-test.zarr $(SHAPE_FLAGS) $(call SPLIT,test) $(INGEST_FLAGS) --force -q
 
 $(OUT)/run-init.json: $(OUT)/data-train.zarr/zarr.json $(RECIPE)
 	$(TRAIN) --out $(OUT)/run-init --steps 0 > $@.tmp

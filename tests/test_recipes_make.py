@@ -120,3 +120,22 @@ def test_the_folder_recipe_splits_one_folder_and_needs_its_source(tmp_path):
         " --force -q" in plan.stdout
     missing = _plan("ijepa-folder.mk", cwd=tmp_path)
     assert missing.returncode != 0 and "set SOURCE=path/to/images" in missing.stderr
+
+
+def test_the_audio_and_video_recipes_are_the_quickstart_with_their_source_shape_and_recipe(tmp_path):
+    audio = _plan("audio-jepa-tones.mk", cwd=tmp_path).stdout
+    assert "jepa ingest builtin:tones tones/data-train.zarr --sample-rate 16000 --seconds 1 --split train" in audio
+    assert "audio-jepa-tones-tiny.toml" in audio and "--size" not in audio
+    video = _plan("vjepa-moving-digits.mk", cwd=tmp_path).stdout
+    assert "jepa ingest builtin:moving-digits moving-digits/data-test.zarr  --split test --seed 0" in video
+    assert "vjepa-moving-digits-tiny.toml" in video
+
+
+def test_the_flow_recipe_samples_unguided_guided_and_in_the_interval_then_measures_fd(tmp_path):
+    plan = _plan("flow-digits.mk", "SCALE=3", cwd=tmp_path).stdout.splitlines()
+    samples = [line for line in plan if line.startswith("jepa sample")]
+    assert [s.split(" -o ")[0].split("--classes all ")[1] for s in samples] == [
+        "--guidance-scale 1 --seed 0", "--guidance-scale 3 --seed 0",
+        "--guidance-scale 3 --guidance-interval 0.22,0.84 --seed 0"]
+    fds = [line for line in plan if line.startswith("jepa fd")]
+    assert len(fds) == 3 and all("--run flow-digits/encoder" in line for line in fds)
