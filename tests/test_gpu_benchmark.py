@@ -1,12 +1,9 @@
 """benchmarks/gpu.sh, the unattended GPU benchmark, run on the CPU at tiny sizes (its smoke test)."""
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
