@@ -33,7 +33,7 @@ def _make(out: Path, recipe: Path, *extra: str, cwd: Path) -> subprocess.Complet
     jepa = f"{shlex.quote(sys.executable)} -m jepa_cli"
     return subprocess.run(["make", "--no-print-directory", "-f", str(ROOT / "recipes" / "quickstart.mk"),
                            f"OUT={out}", f"RECIPE={recipe}", f"JEPA={jepa}", f"PYTHON={sys.executable}", "STEPS=3",
-                           "PROBE_TYPES=knn",
+                           "PROBE_TYPES=knn", "-j2",
                            *extra], cwd=cwd, capture_output=True, text=True, env={**os.environ}, timeout=600)
 
 
