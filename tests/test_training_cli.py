@@ -210,3 +210,17 @@ def test_tensorboard_gets_the_rows_of_metrics_jsonl(trained, tmp_path):
         assert scalars[("loss", row["step"])] == pytest.approx(row["loss"], rel=1e-6)
         assert scalars[("lr", row["step"])] == pytest.approx(row["lr"], rel=1e-6)
     assert {step for _, step in scalars} == {41, 42}
+
+
+def test_plot_and_info_skip_metrics_lines_that_are_not_rows(trained, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["run"], run)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('[1, 2]\n{"loss": 0.5}\n{"step": "7", "loss": 0.5}\n"text"\n{"step": 41, "loss": 0.1')  # cut short
+    r = _cli("plot", run, "-o", tmp_path / "c.png", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["rows"] == {str(run): 40}
+    info = json.loads(_cli("info", run, "--json").stdout)
+    assert info["latest_metrics"]["step"] == 40 and len(info["loss_curve"]["steps"]) == 40

@@ -261,9 +261,11 @@ def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str,
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
-        except ValueError:
+            row = json.loads(line)
+        except ValueError:  # a line cut short by a kill
             continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool):
+            out.append(row)  # anything else is not a row this trainer wrote
     return out
 
 
