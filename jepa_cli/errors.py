@@ -35,6 +35,26 @@ def raise_interrupted(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def signal_mark() -> int:
+    """A bookmark in the signals received so far, for `raise_if_signalled_since`."""
+    return len(_received)
+
+
+def raise_if_signalled_since(mark: int) -> None:
+    """Raises Terminated (SIGTERM) or KeyboardInterrupt (SIGINT) if a signal reached the handlers after
+    `mark`. A handler's exception is lost when the signal lands inside a callback whose errors Python
+    only prints ("Exception ignored in": JAX's garbage-collection hook, a __del__); the work then goes
+    on, and this check before a commit point still stops it."""
+    received = _received[mark:]
+    if not received:
+        return
+    import signal
+
+    if signal.SIGTERM in received:
+        raise Terminated
+    raise KeyboardInterrupt
+
+
 def received_signal() -> int | None:
     """The last SIGINT/SIGTERM number the handlers saw, else None. A signal landing inside a C
     extension's import turns into an ImportError that no longer says it was a signal; this does."""

@@ -70,3 +70,25 @@ def test_env_reports_the_backend_devices_and_versions():
     import jax
 
     assert report["versions"]["jax"] == jax.__version__
+
+
+def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tmp_path):
+    # SIGTERM landing inside JAX's gc hook or a __del__: Python only prints "Exception ignored" and
+    # the work goes on; the atomic write must still not move its result into place
+    code = ("import sys\n"
+            "from jepa_cli import errors\n"
+            "from jepa_cli.data import store\n"
+            "class Swallow:\n"
+            "    def __del__(self):\n"
+            "        errors.raise_terminated(15, None)  # what the SIGTERM handler does, inside a __del__\n"
+            "try:\n"
+            "    with store.atomic_directory(sys.argv[1], False, 'dataset') as tmp:\n"
+            "        (tmp / 'zarr.json').write_text('{}')\n"
+            "        Swallow()\n"
+            "        print('work went on')\n"
+            "except errors.Terminated:\n"
+            "    print('terminated before the commit')\n")
+    out = tmp_path / "d.zarr"
+    result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
+    assert result.stdout.splitlines() == ["work went on", "terminated before the commit"]
+    assert list(tmp_path.iterdir()) == []

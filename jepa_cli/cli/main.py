@@ -13,7 +13,8 @@ import threading
 import click
 
 from jepa_cli import __version__
-from jepa_cli.errors import JepaError, Terminated, raise_interrupted, raise_terminated, received_signal
+from jepa_cli.errors import (JepaError, Terminated, raise_if_signalled_since, raise_interrupted, raise_terminated,
+                             received_signal, signal_mark)
 
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
@@ -45,6 +46,16 @@ class _Stopped(Exception):
         self.code = code
 
 
+def _quiet_signal_exceptions(unraisable) -> None:
+    """sys.unraisablehook: a SIGINT/SIGTERM whose exception landed in a callback Python cannot raise
+    from (JAX's garbage-collection hook, a __del__) prints nothing; the signal is remembered and ends
+    the command at its next commit point (errors.raise_if_signalled_since). Anything else is printed
+    as Python would."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):  # Terminated is one too
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 class JepaGroup(click.Group):
     """Loads subcommands on demand and turns every error into one `jepa: error:` line."""
 
@@ -63,8 +74,11 @@ class JepaGroup(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
+        mark = signal_mark()
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            raise_if_signalled_since(mark)  # a signal a library callback swallowed still ends the command
+            return result
         except Terminated:
             raise _Stopped(143) from None
         except KeyboardInterrupt:
@@ -78,6 +92,7 @@ class JepaGroup(click.Group):
         use_compilation_cache(os.environ)
         # SIGTERM ends every command like Ctrl-C (cleanup runs, exit 143); `jepa train` installs its
         # own handler while it trains, to finish the step and save first.
+        sys.unraisablehook = _quiet_signal_exceptions
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, raise_terminated)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN stays ignored

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from jepa_cli import __version__
-from jepa_cli.errors import InputError, raise_terminated
+from jepa_cli.errors import InputError, raise_if_signalled_since, raise_terminated, signal_mark
 
 GROUP_METADATA = "zarr.json"
 DEFAULT_CHUNK_BYTES = 4 << 20  # aim for ~4 MiB chunks along the sample axis
@@ -108,6 +108,7 @@ def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: It
     final = check_output(path, force, kind, inputs)
     tmp = final.with_name(f"{PARTIAL_PREFIX.format(name=final.name)}{uuid.uuid4().hex[:8]}")
     lock = None
+    mark = signal_mark()
     previous = _raise_on_sigterm()  # before mkdir: a signal right after it still removes the partial
     try:
         with _directory_lock(final.parent):
@@ -117,6 +118,7 @@ def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: It
             tmp.mkdir()
             lock = _lock_directory(tmp)
         yield tmp
+        raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: never commit
         move_into_place(tmp, final, force, kind)
     finally:
         if previous is not None:
@@ -222,9 +224,11 @@ def write_file(path: str | os.PathLike, data: bytes, force: bool, magic: bytes, 
     (`check_output_file`, checked again at the move)."""
     path = check_output_file(path, force, magic, what)
     tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    mark = signal_mark()
     previous = _raise_on_sigterm()
     try:
         tmp.write_bytes(data)
+        raise_if_signalled_since(mark)
         try:
             rename_no_replace(tmp, path)
         except FileExistsError:
