@@ -125,6 +125,8 @@ def test_environment_sits_between_the_recipe_and_the_command_line(run_cli, digit
         32, 0.25, 3, "tiny")
     r = run_cli(*base, env={**env, "JEPA_TRAIN_PRED_DEPTH": "many"})
     assert_user_error(r, "JEPA_TRAIN_PRED_DEPTH", "'many' is not a valid integer")
+    r = run_cli(*base, env={**env, "JEPA_TRAIN_PRED_SCALE": "1"})
+    assert_user_error(r, "JEPA_TRAIN_PRED_SCALE: expected LO,HI such as 0.15,0.2, got '1'")
     assert not (tmp_path / "run").exists()
 
 

@@ -277,7 +277,12 @@ def _env_values(ctx: click.Context) -> dict:
             except click.BadParameter as exc:
                 raise InputError(f"{ENV_PREFIX}{param.name.upper()}: {exc.message}") from None
     options = {name: typed.get(name) for name in _OBJECTIVE_OPTIONS}
-    return merge(values, {"objective_config": _cli_values(options)["objective_config"]})
+    try:
+        objective_config = _cli_values(options)["objective_config"]
+    except click.BadParameter as exc:  # name the variable the value came from, not the option
+        variable = ENV_PREFIX + str(exc.param_hint).lstrip("-").replace("-", "_").upper()
+        raise InputError(f"{variable}: {exc.message}") from None
+    return merge(values, {"objective_config": objective_config})
 
 
 def plain_step_line(metrics: dict, steps: int, done: int, elapsed_s: float, batch_size: int) -> str:
