@@ -1,6 +1,6 @@
 """Shell completion that knows this toolkit's files: run directories, datasets, checkpoint steps and
-built-in sources. Each function is a click `shell_complete` callback; none imports JAX or NumPy, so
-completing stays as fast as `jepa --help`."""
+built-in sources. Each function is a click `shell_complete` callback; none imports JAX, so completing
+stays about as fast as `jepa --help`."""
 
 from __future__ import annotations
 
@@ -81,17 +81,6 @@ def complete_recipes(ctx: click.Context, param: click.Parameter, incomplete: str
     return [CompletionItem(incomplete, type="file")]
 
 
-def checkpoint_steps(run: str | None) -> list[int]:
-    """The saved steps of RUN (its checkpoints/<step> folders), oldest first; [] when there are none."""
-    if not run:
-        return []
-    try:
-        names = os.listdir(Path(run) / "checkpoints")
-    except OSError:
-        return []
-    return sorted(int(name) for name in names if name.isdigit())
-
-
 def _run_on_line(ctx: click.Context) -> str | None:
     """The RUN of the command being completed. click fills ctx.params only up to a word it cannot
     parse yet (a trailing `--step` stops it before the positional RUN), so the words the shell passes
@@ -106,7 +95,10 @@ def _run_on_line(ctx: click.Context) -> str | None:
 
 def complete_steps(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The checkpoint steps of the RUN given earlier on the line (argument `run` or option --run)."""
-    steps = [str(step) for step in checkpoint_steps(_run_on_line(ctx))]
+    from jepa_cli.training.run import checkpoint_steps  # no JAX there (NumPy only)
+
+    run = _run_on_line(ctx)
+    steps = [str(step) for step in checkpoint_steps(run)] if run else []
     if param.metavar == "N|all":
         steps.append("all")
     return [CompletionItem(step) for step in steps if step.startswith(incomplete)]
