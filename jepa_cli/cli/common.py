@@ -123,7 +123,7 @@ class ProgressHandle:
 
     def __init__(self, progress, task, unit: str, quiet: bool = False) -> None:
         self._progress, self._task, self._unit = progress, task, unit
-        self._plain = not quiet and progress.disable and progress.console.is_terminal is False
+        self._plain = not quiet and not progress.console.is_terminal
         self.log = stderr_log(quiet, progress.console)  # a plain line above the bar
         self._start = self._last_line = time.monotonic()
         self._done = 0

@@ -223,22 +223,9 @@ def command(ctx: click.Context, config_path, print_config, resume, force, coordi
     return 0
 
 
-
-def _read_env_one_layer_down(cmd: click.Command) -> None:
-    """The trainer keys and the objective's options are read from JEPA_TRAIN_* by _env_values, below the
-    command line; click's own JEPA_<COMMAND>_<OPTION> reading (cli/main.py) would put them above the
-    recipe's, so it is off for them. Every other option of train keeps it."""
-    from jepa_cli.training.config import TRAINER_KEYS
-
-    for param in cmd.params:
-        if param.name in TRAINER_KEYS or param.name in _OBJECTIVE_OPTIONS:
-            param.allow_from_autoenv = False
-
 OBJECTIVE_KEYS = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "scan_layers", "remat", "npred",
                   "min_keep", "allow_overlap", "context_size", "official_positions", "official_truncation",
                   "collator_batch") + GENERATIVE_KEYS
-
-
 _OBJECTIVE_OPTIONS = OBJECTIVE_KEYS + ("image_size", "pred_scale", "aspect", "enc_scale")
 
 
@@ -265,18 +252,15 @@ def _env_values(ctx: click.Context) -> dict:
 
     from jepa_cli.training.config import ENV_PREFIX, TRAINER_KEYS, env_layer, merge
 
-    objective_params = [p for p in ctx.command.params if p.name not in TRAINER_KEYS and p.name in _OBJECTIVE_OPTIONS]
-    others = frozenset(p.name for p in ctx.command.params if p.name not in TRAINER_KEYS)
-    values = env_layer(dict(os.environ), others)
-    raw = {p.name: os.environ.get(ENV_PREFIX + p.name.upper(), "") for p in objective_params}
-    typed = {}
-    for param in objective_params:
-        if raw[param.name] != "":
+    values = env_layer(dict(os.environ), frozenset(p.name for p in ctx.command.params if p.name not in TRAINER_KEYS))
+    options = dict.fromkeys(_OBJECTIVE_OPTIONS)
+    for param in ctx.command.params:
+        text = os.environ.get(ENV_PREFIX + param.name.upper(), "") if param.name in _OBJECTIVE_OPTIONS else ""
+        if text:
             try:
-                typed[param.name] = param.type_cast_value(ctx, raw[param.name])
+                options[param.name] = param.type_cast_value(ctx, text)
             except click.BadParameter as exc:
                 raise InputError(f"{ENV_PREFIX}{param.name.upper()}: {exc.message}") from None
-    options = {name: typed.get(name) for name in _OBJECTIVE_OPTIONS}
     try:
         objective_config = _cli_values(options)["objective_config"]
     except click.BadParameter as exc:  # name the variable the value came from, not the option
@@ -313,6 +297,17 @@ class StoppedBySignal(JepaError):
         super().__init__(f"{what} ({signal_name}): saved step {summary.get('step')} in {summary.get('run')}; "
                          "continue with --resume")
         self.exit_code = SIGNAL_EXIT[signal_name]
+
+
+def _read_env_one_layer_down(cmd: click.Command) -> None:
+    """The trainer keys and the objective's options are read from JEPA_TRAIN_* by _env_values, below the
+    command line; click's own JEPA_<COMMAND>_<OPTION> reading (cli/main.py) would put them above the
+    recipe's, so it is off for them. Every other option of train keeps it."""
+    from jepa_cli.training.config import TRAINER_KEYS
+
+    for param in cmd.params:
+        if param.name in TRAINER_KEYS or param.name in _OBJECTIVE_OPTIONS:
+            param.allow_from_autoenv = False
 
 
 _read_env_one_layer_down(command)
