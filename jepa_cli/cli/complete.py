@@ -23,7 +23,18 @@ def _entries(incomplete: str) -> list[tuple[str, Path]]:
         return []
     hidden_ok = prefix.startswith(".")
     return [(head + sep + name, base / name) for name in names
-            if name.startswith(prefix) and (hidden_ok or not name.startswith(".")) and (base / name).is_dir()]
+            if name.startswith(prefix) and (hidden_ok or not name.startswith(".")) and _typeable(name)
+            and (base / name).is_dir()]
+
+
+def _typeable(name: str) -> bool:
+    """False for a name that is not valid UTF-8 (held as lone surrogates): the shell protocol is UTF-8
+    text, and such a name cannot be offered, so it is left out instead of failing the completion."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _folders_and(kind_test, incomplete: str) -> list[CompletionItem]:

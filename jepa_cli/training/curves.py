@@ -13,6 +13,7 @@ from typing import Any
 from jepa_cli.errors import InputError
 
 DEFAULT_METRICS = ("loss", "lr", "weight_decay", "ema_momentum", "repr_std", "repr_cov_offdiag")
+MAX_PANELS = 24  # one figure stays readable and its memory bounded (a panel is about 0.1 MPixel)
 LOG_SCALE = {"loss", "lr", "repr_std", "repr_cov_offdiag", "target_std"}  # positive and spanning decades
 
 
@@ -24,6 +25,9 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     from jepa_cli.data import store
     from jepa_cli.training.run import read_metrics, read_run
 
+    metrics = tuple(dict.fromkeys(metrics))  # a metric named twice gets one panel
+    if len(metrics) > MAX_PANELS:
+        raise InputError(f"--metrics names {len(metrics)} metrics; at most {MAX_PANELS} panels fit one picture")
     store.check_output_file(output, force, store.PNG_MAGIC, "PNG picture")
     series: dict[str, list[dict[str, Any]]] = {}
     for run in runs:

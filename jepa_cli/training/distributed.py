@@ -84,7 +84,10 @@ def environment_report() -> dict:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
-    devices = jax.devices()
+    try:
+        devices = jax.devices()
+    except RuntimeError as exc:  # JAX_PLATFORMS names a backend this machine cannot start
+        raise InputError(f"JAX cannot start its backend ({' '.join(str(exc).split())[:300]})") from None
     return {"backend": jax.default_backend(), "device_kind": devices[0].device_kind,
             "device_count": len(devices), "local_device_count": jax.local_device_count(),
             "process_count": jax.process_count(), "process_index": jax.process_index(),

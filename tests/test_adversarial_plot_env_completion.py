@@ -1,0 +1,97 @@
+"""Hostile input to `jepa plot`, `jepa env` and shell completion: damaged runs, absurd requests,
+concurrent writers, an interrupted write, a backend that cannot start, names that are not UTF-8."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    """A run directory as `jepa train` leaves it, with 50 logged rows (no checkpoint is needed to plot)."""
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "run.json").write_text(json.dumps({"jepa_kind": "run", "config": {"objective": "ijepa"},
+                                               "lengths": {"steps": 50}, "status": "finished"}))
+    rows = [{"step": s, "loss": 1.0 / s, "lr": 1e-3, "weight_decay": 0.04, "ema_momentum": 0.996,
+             "repr_std": 0.1, "repr_cov_offdiag": 0.01} for s in range(1, 51)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_plot_of_a_run_whose_metrics_file_is_truncated_to_half_a_line_is_refused(run, tmp_path):
+    (run / "metrics.jsonl").write_text('{"step": 1, "lo')
+    expect_refusal("plot", run, "-o", tmp_path / "c.png", guard=[tmp_path],
+                   fragments=[f"{run}: no metrics logged yet"])
+
+
+def test_plot_of_a_damaged_run_json_is_refused(run, tmp_path):
+    (run / "run.json").write_bytes(b"\x00\xff{")
+    expect_refusal("plot", run, "-o", tmp_path / "c.png", guard=[tmp_path], fragments=["run.json: damaged"])
+
+
+def test_plot_of_an_absurd_number_of_metrics_is_refused_before_drawing(run, tmp_path):
+    metrics = ",".join(f"m{i}" for i in range(10_000))
+    expect_refusal("plot", run, "-o", tmp_path / "c.png", "--metrics", metrics, guard=[tmp_path],
+                   fragments=["--metrics names 10000 metrics; at most 24 panels fit one picture"])
+
+
+def test_plot_over_a_file_that_is_not_a_png_is_refused_even_with_force(run, tmp_path):
+    notes = tmp_path / "notes.png"
+    notes.write_text("my notes\n")
+    expect_refusal("plot", run, "-o", notes, "--force", guard=[tmp_path], fragments=["not a PNG picture"])
+
+
+def test_of_two_concurrent_plots_to_one_new_png_exactly_one_writes_it(run, tmp_path):
+    png = tmp_path / "c.png"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "jepa_cli", "plot", str(run), "-o", str(png)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    results = [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
+    codes = sorted(r.returncode for r in results)
+    assert codes in ([0, 0], [0, 2])  # the second may start after the first finished; never a torn file
+    for r in results:
+        if r.returncode == 2:
+            assert_one_error_line(r, 2, ["already exists"])
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png", "run"]  # no partial left behind
+
+
+def test_plot_interrupted_by_sigterm_leaves_no_png(run, tmp_path):
+    png = tmp_path / "c.png"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "jepa_cli", "plot", str(run), "-o", str(png)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.5)  # inside the import of matplotlib or the drawing
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    if result.returncode == 0:  # finished before the signal: a whole picture
+        assert png.read_bytes().startswith(b"\x89PNG")
+    else:
+        assert_one_error_line(result, 143, ["terminated (SIGTERM)"])
+        assert not png.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_env_with_a_backend_this_machine_cannot_start_is_one_line():
+    result = run_jepa("env", env={"JAX_PLATFORMS": "tpu"})
+    assert_one_error_line(result, 2, ["JAX cannot start its backend"])
+
+
+def test_completion_skips_a_folder_whose_name_is_not_utf8(tmp_path):
+    (tmp_path / os.fsdecode(b"caf\xe9")).mkdir()
+    (tmp_path / "runs").mkdir()
+    env = {"COMP_WORDS": "jepa ema-inspect ", "COMP_CWORD": "2", "_JEPA_COMPLETE": "bash_complete"}
+    result = run_jepa(cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["plain,runs/"]
