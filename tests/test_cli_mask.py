@@ -147,3 +147,23 @@ def test_write_file_never_replaces_a_file_that_appeared_meanwhile(tmp_path, monk
     with pytest.raises(InputError, match="another process wrote it"):
         store.write_file(target, store.PNG_MAGIC + b"data", False, store.PNG_MAGIC, "PNG picture")
     assert target.read_bytes() == b"another writer's file" and [p.name for p in tmp_path.iterdir()] == ["m.png"]
+
+
+def test_every_field_of_a_strategy_config_is_a_mask_option():
+    import dataclasses
+
+    from jepa_cli.cli.mask import command
+    from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+
+    fields = {f.name for cls in (MultiBlockConfig, MultiBlock3DConfig, RandomConfig) for f in dataclasses.fields(cls)}
+    assert fields <= {param.name for param in command.params}
+    assert len(fields) == 16
+
+
+def test_the_context_aspect_is_an_option_and_reaches_the_parameters(run_cli):
+    result = run_cli("mask", *MB, "--enc-aspect", "0.5,2", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["parameters"]["enc_aspect"] == [0.5, 2.0]
+    assert_user_error(run_cli("mask", *MB, "--enc-aspect", "wide"), "--enc-aspect: expected low,high numbers, got 'wide'")
+    assert_user_error(run_cli("mask", "--strategy", "random", "--enc-aspect", "1,1"),
+                      "--enc-aspect: not an option of --strategy random")

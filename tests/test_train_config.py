@@ -124,7 +124,7 @@ def test_environment_sits_between_the_recipe_and_the_command_line(run_cli, digit
     assert (printed["batch_size"], printed["lr"], printed["ijepa"]["pred_depth"], printed["ijepa"]["model"]) == (
         32, 0.25, 3, "tiny")
     r = run_cli(*base, env={**env, "JEPA_TRAIN_PRED_DEPTH": "many"})
-    assert_user_error(r, "JEPA_TRAIN_PRED_DEPTH", "'many' is not a valid integer")
+    assert_user_error(r, "JEPA_TRAIN_PRED_DEPTH: expected an integer, got 'many'")
     r = run_cli(*base, env={**env, "JEPA_TRAIN_PRED_SCALE": "1"})
     assert_user_error(r, "JEPA_TRAIN_PRED_SCALE: expected LO,HI such as 0.15,0.2, got '1'")
     assert not (tmp_path / "run").exists()
@@ -141,3 +141,73 @@ def test_a_builtin_recipe_is_read_from_the_package_and_an_unknown_one_is_named()
     assert load_toml("builtin:ijepa-digits-tiny")["steps"] == 500
     with pytest.raises(InputError, match="builtin:nope: no such built-in recipe .known: builtin:audio-jepa-as2m, "):
         load_toml("builtin:nope")
+
+
+# --- the objectives' options: declared once, as fields of their config dataclasses (jepa_cli/options.py) ---
+
+
+def _train_option_names() -> set[str]:
+    from jepa_cli.cli.train import command
+
+    return {param.name for param in command.params}
+
+
+def test_every_flagged_objective_field_is_a_train_option_and_no_other_objective_option_exists():
+    import dataclasses
+
+    from jepa_cli.masks.config import MultiBlockConfig
+    from jepa_cli.objectives.genconfig import GenerativeConfig
+    from jepa_cli.objectives.ijepa_config import IJEPAConfig
+
+    flagged = {f.name for cls in (IJEPAConfig, MultiBlockConfig, GenerativeConfig) for f in dataclasses.fields(cls)
+               if f.metadata.get("flag")}
+    command_only = {"config_path", "print_config", "resume", "force", "coordinator", "num_processes", "process_id",
+                    "as_json", "verbose", "quiet"}
+    trainer_keys = {f.name for f in TRAINER_FIELDS}
+    assert _train_option_names() - trainer_keys - command_only == flagged
+    assert len(flagged) == 32
+
+
+def test_an_objective_option_help_comes_from_its_field_with_the_default(run_cli):
+    text = " ".join(run_cli("train", "--help").stdout.split())
+    assert "--pred-depth INTEGER Predictor depth (blocks). [ijepa; default 6]" in text
+    assert "--pred-scale LO,HI Target block scale LO,HI (fraction of the grid). [ijepa; default 0.15,0.2]" in text
+    assert "--image-size HXW Training crop size, S or HxW (default in jepa train: the dataset's). [ijepa; default 224]" in text
+    assert "--schedule [cosine|edm]" in text and "[diffusion; default cosine]" in text
+
+
+def test_every_option_field_has_a_help_sentence():
+    import dataclasses
+
+    from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+    from jepa_cli.models.config import VideoModelConfig
+    from jepa_cli.objectives.genconfig import GenerativeConfig
+    from jepa_cli.objectives.ijepa_config import IJEPAConfig
+
+    for cls in (IJEPAConfig, VideoModelConfig, MultiBlockConfig, MultiBlock3DConfig, RandomConfig, GenerativeConfig):
+        for field in dataclasses.fields(cls):
+            if field.name == "mask_options":  # the masks' own fields, held as pairs
+                continue
+            assert field.metadata.get("help", "").endswith((".", ")")), (cls.__name__, field.name)
+
+
+def test_a_switch_on_the_command_line_overrides_a_recipe_that_turned_it_on(run_cli, digits, tmp_path):
+    import tomllib
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[ijepa]\nofficial_positions = true\nscan_layers = true\n")
+    base = ["train", "--config", recipe, "--data", digits, "-o", tmp_path / "run", "--steps", "1", "--print-config"]
+    printed = tomllib.loads(run_cli(*base, "--no-official-positions").stdout)["ijepa"]
+    assert (printed["mask_options"]["official_positions"], printed["scan_layers"]) == (False, True)
+    printed = tomllib.loads(run_cli(*base, env={"JEPA_TRAIN_SCAN_LAYERS": "false"}).stdout)["ijepa"]
+    assert (printed["mask_options"]["official_positions"], printed["scan_layers"]) == (True, False)
+
+
+def test_a_size_option_takes_s_or_hxw_and_names_itself_when_wrong(run_cli, digits, tmp_path):
+    import tomllib
+
+    base = ["train", "--data", digits, "-o", tmp_path / "run", "--steps", "1", "--print-config", "--patch-size", "4"]
+    assert tomllib.loads(run_cli(*base, "--image-size", "8x12").stdout)["ijepa"]["image_size"] == [8, 12]
+    assert tomllib.loads(run_cli(*base, "--image-size", "12x12").stdout)["ijepa"]["image_size"] == 12
+    assert_user_error(run_cli(*base, "--image-size", "12by12"),
+                      "Invalid value for '--image-size': expected S or HxW such as 224 or 224x320, got '12by12'")

@@ -6,8 +6,41 @@ from pathlib import Path
 
 import click
 
+from jepa_cli import options
 from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_log
 from jepa_cli.cli.complete import complete_datasets
+from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+
+MASK_CONFIGS = (MultiBlockConfig, MultiBlock3DConfig, RandomConfig)  # each strategy's options, declared once
+
+
+def _mask_options(func):
+    """One option per field of the strategies' configs (masks/config.py): its help (per strategy where
+    the strategies differ) and each strategy's default. Values reach config_from_options as given
+    (text such as 0.15,0.2), which reads them per strategy and names the option in any error."""
+    declared: dict[str, list] = {}
+    for config in MASK_CONFIGS:
+        for flag in options.flags(config, flagged_only=False):
+            declared.setdefault(flag.name, []).append((config.strategy, flag))
+    for name, per_strategy in reversed(declared.items()):
+        first = per_strategy[0][1]
+        help_text = first.help
+        for strategy, flag in per_strategy[1:]:
+            if flag.help != first.help:
+                help_text = f"{help_text.rstrip('.')}; {strategy}: {flag.help}"
+        defaults = {strategy: flag.default_text for strategy, flag in per_strategy if flag.default is not None}
+        if len(set(defaults.values())) == 1 and len(defaults) == len(per_strategy):
+            shown = f"; default {next(iter(defaults.values()))}"
+        else:
+            shown = "".join(f"; {strategy} {value}" for strategy, value in defaults.items())
+        help_text += f" [{'/'.join(strategy for strategy, _ in per_strategy)}{shown}]"
+        if first.kind == "bool":
+            func = click.option(f"{first.flag}/--no-{first.flag[2:]}", name, default=None, help=help_text)(func)
+        else:
+            kind = int if all(flag.kind == "int" for _, flag in per_strategy) else str
+            func = click.option(first.flag, name, type=kind, default=None, help=help_text)(func)
+    return func
+
 
 TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
                   "dark_orange", "purple", "deep_pink2", "gold1"]
@@ -17,27 +50,9 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
 @click.command("mask", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--strategy", type=click.Choice(["multiblock", "multiblock3d", "random"]), default="multiblock",
               show_default=True, help="I-JEPA multi-block, V-JEPA 3D multi-block or Audio-JEPA random masks.")
-@click.option("--grid", help="Patch grid HxW (default: the strategy's official grid).")
-@click.option("--frames", type=int, help="Temporal grid size (multiblock3d only).")
 @click.option("--batch", type=click.IntRange(min=1), default=64, show_default=True, help="Masks to sample.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
-@click.option("--npred", help="Target blocks (multiblock); blocks per mask pair, e.g. 8,2 (multiblock3d).")
-@click.option("--pred-scale", help="Target block scale low,high; multiblock3d: one per pair, e.g. 0.15,0.7.")
-@click.option("--aspect", help="Target block aspect ratio low,high.")
-@click.option("--enc-scale", help="Context block scale low,high (multiblock).")
-@click.option("--min-keep", type=int, help="A context keeps more than this many patches (multiblock).")
-@click.option("--allow-overlap", is_flag=True, default=None, help="Let the context overlap the targets (multiblock).")
-@click.option("--ratio", help="Masking ratio range low,high (random).")
-@click.option("--temporal-scale", help="Temporal block scale per pair (multiblock3d).")
-@click.option("--max-temporal-keep", help="Fraction of frames the context may span, per pair (multiblock3d).")
-@click.option("--context-size", type=click.IntRange(min=1), help="K, context slots per sample (default: derived).")
-@click.option("--official-positions", is_flag=True, default=None,
-              help="Reproduce I-JEPA's exclusive position bound (last row/column never masked).")
-@click.option("--official-truncation", is_flag=True, default=None,
-              help="Cut contexts to the batch minimum, lowest indices kept, as the official collators.")
-@click.option("--collator-batch", type=click.IntRange(min=1),
-              help="With --official-truncation: cut over groups of this many samples (the official per-GPU "
-                   "batch, 128 in in1k_vith14) instead of the whole batch.")
+@_mask_options
 @click.option("-o", "--output", type=click.Path(dir_okay=True, file_okay=False), help="Write a mask file (zarr v3).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @click.option("--show", is_flag=True, help="Draw the first samples in the terminal.")
@@ -47,9 +62,8 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
               help="How many samples --show and --png draw.")
 @click.option("--stats", is_flag=True, help="Token counts and per-position coverage heat maps.")
 @output_options
-def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_scale, min_keep, allow_overlap,
-            ratio, temporal_scale, max_temporal_keep, context_size, official_positions, official_truncation,
-            collator_batch, output, force, show, png_path, data, samples, stats, as_json, verbose, quiet) -> None:
+def command(strategy, batch, seed, output, force, show, png_path, data, samples, stats, as_json, verbose, quiet,
+            **mask_options) -> None:
     """Sample JEPA context/target masks; write, show, picture or summarize them.
 
     \b
@@ -59,7 +73,7 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     from jepa_cli.data import store
     from jepa_cli.errors import InputError
 
-    hxw = parse_hxw(grid, "--grid")
+    mask_options["grid"] = parse_hxw(mask_options["grid"], "--grid")
     if png_path is None and data is not None:
         raise InputError("--data is only used with --png")
     # check every path before any work, so that bad input writes nothing
@@ -74,12 +88,7 @@ def command(strategy, grid, frames, batch, seed, npred, pred_scale, aspect, enc_
     from jepa_cli import masks
     from jepa_cli.masks.render import preview_images, write_png
 
-    config = masks.config_from_options(
-        strategy, grid=hxw, frames=frames, npred=npred, pred_scale=pred_scale, aspect=aspect,
-        enc_scale=enc_scale, min_keep=min_keep, allow_overlap=allow_overlap, ratio=ratio,
-        temporal_scale=temporal_scale, max_temporal_keep=max_temporal_keep, context_size=context_size,
-        official_positions=official_positions, official_truncation=official_truncation,
-        collator_batch=collator_batch)
+    config = masks.config_from_options(strategy, **mask_options)
     masks.check_batch(config, batch)
     images = preview_images(data, samples) if data is not None else None
 

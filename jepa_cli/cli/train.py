@@ -6,35 +6,51 @@ import time
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, parse_hxw
+from jepa_cli.cli.common import emit, output_options
 from jepa_cli.cli.complete import complete_datasets, complete_recipes, complete_runs
 from jepa_cli.errors import InputError, JepaError
-from jepa_cli.names import COMPUTE_DTYPES, LOSSES, MODEL_NAMES, REMAT_POLICIES
-from jepa_cli.objectives.genconfig import train_flags
+from jepa_cli import options
+from jepa_cli.masks.config import MultiBlockConfig
+from jepa_cli.objectives.genconfig import GenerativeConfig
+from jepa_cli.objectives.ijepa_config import IJEPAConfig
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
+OBJECTIVE_FLAGS = options.flags(IJEPAConfig, MultiBlockConfig, GenerativeConfig)  # `jepa train`'s objective options
+OBJECTIVE_KEYS = frozenset(flag.name for flag in OBJECTIVE_FLAGS)
 
 
-def _pair(value: str | None, option: str):
-    if value is None:
-        return None
-    try:
-        parts = [float(p) for p in value.replace(" ", "").split(",")]
-    except ValueError:
-        raise click.BadParameter(f"expected LO,HI such as 0.15,0.2, got {value!r}", param_hint=option) from None
-    if len(parts) != 2:
-        raise click.BadParameter(f"expected LO,HI such as 0.15,0.2, got {value!r}", param_hint=option)
-    return parts
-
-
-def _generative_options(func):
-    """The flow / diffusion options that are flags: from their one declaration (objectives/genconfig.py)."""
-    for name, flag, kind, help_text in reversed(train_flags()):
-        func = click.option(flag, name, type=kind, default=None, help=help_text)(func)
+def _objective_options(func):
+    """One option per objective field marked as a flag (jepa_cli/options.py): the model's, the masks'
+    and I-JEPA's own (IJEPAConfig, MultiBlockConfig), then the generative objectives'. Defaults are
+    None ("not given"): the objective's own default, the recipe and JEPA_TRAIN_* show through."""
+    for flag in reversed(OBJECTIVE_FLAGS):
+        owner = "/".join(flag.applies) if flag.applies else "ijepa"
+        default = f"; default {flag.default_text}" if flag.default is not None else ""
+        help_text = f"{flag.help} [{owner}{default}]"
+        if flag.kind == "bool":
+            negative = "--no-" + flag.flag[2:]
+            func = click.option(f"{flag.flag}/{negative}", flag.name, default=None, help=help_text)(func)
+            continue
+        kind = {"int": int, "float": float}.get(flag.kind) or (NameChoice(flag.choices) if flag.choices
+                                                              else OptionText(flag))
+        func = click.option(flag.flag, flag.name, type=kind, default=None, help=help_text)(func)
     return func
 
 
-GENERATIVE_KEYS = tuple(name for name, *_ in train_flags())
+class OptionText(click.ParamType):
+    """A range (LO,HI) or size (S or HxW) option, read by options.parse as its JEPA_TRAIN_ variable is."""
+
+    def __init__(self, flag: options.Flag) -> None:
+        self.flag = flag
+        self.name = {"range": "LO,HI", "size": "HxW"}.get(flag.kind, "TEXT")
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        try:
+            return options.parse(self.flag, value, self.flag.flag)
+        except InputError as exc:
+            self.fail(str(exc).split(": ", 1)[1], param, ctx)
 
 
 def _trainer_options(func):
@@ -92,37 +108,9 @@ class NameChoice(click.Choice):
                    "and the command line overrides both.")
 @click.option("--print-config", is_flag=True,
               help="Print the resolved configuration as TOML (a recipe that gives the same run.json) and exit.")
-@click.option("--model", type=click.Choice(MODEL_NAMES), default=None, help="Encoder size.")
-@click.option("--patch-size", type=int, default=None, help="Patch size in pixels.")
-@click.option("--image-size", default=None, help="Training crop size, S or HxW (default: the dataset's).")
-@click.option("--pred-depth", type=int, default=None, help="Predictor depth.")
-@click.option("--pred-width", type=int, default=None, help="Predictor width.")
-@click.option("--loss", type=click.Choice(LOSSES), default=None, help="smooth_l1 (official code) | l2 (paper) | l1.")
-@click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), default=None,
-              help="Compute dtype (parameters stay float32).")
-@click.option("--scan-layers/--no-scan-layers", default=None,
-              help="Run the blocks under lax.scan: compile time no longer grows with depth.")
-@click.option("--remat", type=click.Choice(REMAT_POLICIES), default=None,
-              help="Activation checkpointing per block: keep matmul outputs (dots) or only block inputs (block).")
 @click.option("--resume", is_flag=True, help="Continue RUN from its latest checkpoint.")
 @click.option("--force", is_flag=True, help="Replace an existing RUN.")
-# masks (the options of `jepa mask`; defaults: the objective's official ones)
-@click.option("--npred", type=int, default=None, help="Target blocks per image (official 4).")
-@click.option("--pred-scale", default=None, help="Target block scale LO,HI (official 0.15,0.2).")
-@click.option("--aspect", default=None, help="Target block aspect LO,HI (official 0.75,1.5).")
-@click.option("--enc-scale", default=None, help="Context block scale LO,HI (official 0.85,1.0).")
-@click.option("--min-keep", type=int, default=None, help="Minimum context tokens (official 10).")
-@click.option("--allow-overlap", is_flag=True, default=None, help="Let the context overlap the targets.")
-@click.option("--context-size", type=int, default=None, help="Context slots K (default: derived).")
-@click.option("--official-positions", is_flag=True, default=None,
-              help="Block positions as the official code (last row/column never reached).")
-@click.option("--official-truncation", is_flag=True, default=None,
-              help="Cut masks to the batch minimum as the official collator.")
-@click.option("--collator-batch", type=int, default=None,
-              help="With --official-truncation: the cut runs over groups of this many examples (the official "
-                   "per-GPU batch, 128 in in1k_vith14); default the whole batch.")
-# generative objectives (flow, diffusion)
-@_generative_options
+@_objective_options
 # multi-process
 @click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
 @click.option("--num-processes", type=int, default=None, help="Number of processes (multi-process launch).")
@@ -223,49 +211,29 @@ def command(ctx: click.Context, config_path, print_config, resume, force, coordi
     return 0
 
 
-OBJECTIVE_KEYS = ("model", "patch_size", "pred_depth", "pred_width", "loss", "dtype", "scan_layers", "remat", "npred",
-                  "min_keep", "allow_overlap", "context_size", "official_positions", "official_truncation",
-                  "collator_batch") + GENERATIVE_KEYS
-_OBJECTIVE_OPTIONS = OBJECTIVE_KEYS + ("image_size", "pred_scale", "aspect", "enc_scale")
-
-
-def _cli_values(options: dict) -> dict:
+def _cli_values(options_given: dict) -> dict:
     """The command line's layer of the configuration: the trainer keys given, and the objective's
     options in objective_config (None: not given)."""
-    options = dict(options)
-    objective_config = {k: options.pop(k) for k in OBJECTIVE_KEYS}
-    image_size = parse_hxw(options.pop("image_size"), "--image-size")
-    if image_size is not None:
-        objective_config["image_size"] = image_size[0] if image_size[0] == image_size[1] else list(image_size)
-    for key in ("pred_scale", "aspect", "enc_scale"):
-        objective_config[key] = _pair(options.pop(key), "--" + key.replace("_", "-"))
-    values = {k: v for k, v in options.items() if v is not None}
-    values["objective_config"] = {k: v for k, v in objective_config.items() if v is not None}
+    values = {k: v for k, v in options_given.items() if v is not None and k not in OBJECTIVE_KEYS}
+    values["objective_config"] = {k: v for k, v in options_given.items() if v is not None and k in OBJECTIVE_KEYS}
     return values
 
 
 def _env_values(ctx: click.Context) -> dict:
     """The environment's layer (between the recipe and the command line): trainer keys from
-    JEPA_TRAIN_<KEY> (training/config.py env_layer) and the objective's options from JEPA_TRAIN_<OPTION>,
-    typed and checked by their click option as on the command line."""
+    JEPA_TRAIN_<KEY> (training/config.py env_layer) and the objective's options from
+    JEPA_TRAIN_<OPTION>, read as on the command line (options.parse)."""
     import os
 
     from jepa_cli.training.config import ENV_PREFIX, TRAINER_KEYS, env_layer, merge
 
     values = env_layer(dict(os.environ), frozenset(p.name for p in ctx.command.params if p.name not in TRAINER_KEYS))
-    options = dict.fromkeys(_OBJECTIVE_OPTIONS)
-    for param in ctx.command.params:
-        text = os.environ.get(ENV_PREFIX + param.name.upper(), "") if param.name in _OBJECTIVE_OPTIONS else ""
+    objective_config = {}
+    for flag in OBJECTIVE_FLAGS:
+        variable = ENV_PREFIX + flag.name.upper()
+        text = os.environ.get(variable, "")
         if text:
-            try:
-                options[param.name] = param.type_cast_value(ctx, text)
-            except click.BadParameter as exc:
-                raise InputError(f"{ENV_PREFIX}{param.name.upper()}: {exc.message}") from None
-    try:
-        objective_config = _cli_values(options)["objective_config"]
-    except click.BadParameter as exc:  # name the variable the value came from, not the option
-        variable = ENV_PREFIX + str(exc.param_hint).lstrip("-").replace("-", "_").upper()
-        raise InputError(f"{variable}: {exc.message}") from None
+            objective_config[flag.name] = options.parse(flag, text, variable)
     return merge(values, {"objective_config": objective_config})
 
 
@@ -306,7 +274,7 @@ def _read_env_one_layer_down(cmd: click.Command) -> None:
     from jepa_cli.training.config import TRAINER_KEYS
 
     for param in cmd.params:
-        if param.name in TRAINER_KEYS or param.name in _OBJECTIVE_OPTIONS:
+        if param.name in TRAINER_KEYS or param.name in OBJECTIVE_KEYS:
             param.allow_from_autoenv = False
 
 

@@ -1,15 +1,26 @@
 """Pure-JAX mask samplers (multiblock, multiblock3d, random) and the mask file format.
 
-See docs/masks.md for the design and docs/architecture.md for the MaskSet contract.
+See docs/masks.md for the design and docs/architecture.md for the MaskSet contract. The samplers
+import JAX, so this package loads its modules on first use (PEP 562): the strategy configs
+(masks/config.py) declare options that the CLI reads before JAX loads.
 """
 
-from jepa_cli.masks.config import (MaskConfig, MaskSet, MultiBlock3DConfig, MultiBlockConfig, RandomConfig,
-                                   check_batch, config_from_options, config_parameters, context_slots, target_slots,
-                                   validate)
-from jepa_cli.masks.indexing import to_dense
-from jepa_cli.masks.sampler import sample, sample_many
+from __future__ import annotations
 
-__all__ = [
-    "MaskConfig", "MaskSet", "MultiBlockConfig", "MultiBlock3DConfig", "RandomConfig", "check_batch",
-    "config_from_options", "config_parameters", "context_slots", "target_slots", "validate", "to_dense", "sample", "sample_many",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "MaskConfig": "config", "MultiBlockConfig": "config", "MultiBlock3DConfig": "config", "RandomConfig": "config",
+    "check_batch": "config", "config_from_options": "config", "config_parameters": "config",
+    "context_slots": "config", "target_slots": "config", "validate": "config", "MaskSet": "maskset",
+    "to_dense": "indexing", "sample": "sampler", "sample_many": "sampler",
+}  # name -> the module that defines it
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,9 @@
-"""The MaskSet pytree, the strategy configs and their static sizes (docs/masks.md).
+"""The strategy configs and their static sizes (docs/masks.md).
 
 Configs are frozen dataclasses: hashable, so they are static arguments of `jax.jit`. Their defaults
-are the official recipes' values; each line cites where the value comes from.
+are the official recipes' values; each line cites where the value comes from. Each field is an
+option declared once (jepa_cli/options.py): `jepa mask` and `jepa train` build their flags from it,
+so this module imports JAX only where it samples (context_slots).
 """
 
 from __future__ import annotations
@@ -12,10 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
-import jax
-import numpy as np
-
 from jepa_cli.errors import InputError
+from jepa_cli.options import option
 
 # How many failed context draws the official I-JEPA sampler allows before it drops one more target
 # complement from the context's constraint (facebookresearch/ijepa src/masks/multiblock.py: timeout 20).
@@ -37,39 +37,38 @@ MAX_BLOCKS = 64
 MAX_MASK_CELLS = 2**27
 
 
-@jax.tree_util.register_dataclass
-@dataclass
-class MaskSet:
-    """A batch of masks in index form with static shapes (docs/architecture.md, "Masks").
-
-    context_index int32 [B, C, K], context_valid bool [B, C, K], target_index int32 [B, M, T],
-    target_valid bool [B, M, T]. Indices are raster order (frame-major in 3D); valid slots come first
-    in ascending index order; padded slots hold index 0 and are False in the validity mask.
-    """
-
-    context_index: jax.Array
-    context_valid: jax.Array
-    target_index: jax.Array
-    target_valid: jax.Array
-
-
 @dataclass(frozen=True)
 class MultiBlockConfig:
     """I-JEPA multi-block masks (facebookresearch/ijepa src/masks/multiblock.py)."""
 
     strategy: ClassVar[str] = "multiblock"
-    grid: tuple[int, int] = (16, 16)  # ijepa configs/in1k_vith14_ep300.yaml: crop 224 / patch 14
-    npred: int = 4  # in1k_vith14_ep300.yaml mask.num_pred_masks
-    pred_scale: tuple[float, float] = (0.15, 0.2)  # in1k_vith14_ep300.yaml mask.pred_mask_scale
-    aspect: tuple[float, float] = (0.75, 1.5)  # in1k_vith14_ep300.yaml mask.aspect_ratio
-    enc_scale: tuple[float, float] = (0.85, 1.0)  # in1k_vith14_ep300.yaml mask.enc_mask_scale
-    enc_aspect: tuple[float, float] = (1.0, 1.0)  # ijepa src/masks/multiblock.py: context aspect fixed (1., 1.)
-    min_keep: int = 10  # in1k_vith14_ep300.yaml mask.min_keep
-    allow_overlap: bool = False  # in1k_vith14_ep300.yaml mask.allow_overlap
-    context_size: int | None = None  # K; None -> derived (docs/masks.md); official collator: batch minimum
-    official_positions: bool = False  # True: top/left = randint(0, H - h), exclusive (ijepa issue #60)
-    official_truncation: bool = False  # True: cut to the batch-minimum count, lowest indices kept
-    collator_batch: int | None = None  # official per-GPU batch the cut runs over; None: the whole batch
+    # ijepa configs/in1k_vith14_ep300.yaml: crop 224 / patch 14
+    grid: tuple[int, int] = option((16, 16), "Patch grid HxW (an objective takes it from its model).")
+    # in1k_vith14_ep300.yaml mask.num_pred_masks
+    npred: int = option(4, "Target blocks per image.", flag=True)
+    # in1k_vith14_ep300.yaml mask.pred_mask_scale
+    pred_scale: tuple[float, float] = option((0.15, 0.2), "Target block scale LO,HI (fraction of the grid).",
+                                             flag=True)
+    # in1k_vith14_ep300.yaml mask.aspect_ratio
+    aspect: tuple[float, float] = option((0.75, 1.5), "Target block aspect ratio LO,HI (height / width).", flag=True)
+    # in1k_vith14_ep300.yaml mask.enc_mask_scale
+    enc_scale: tuple[float, float] = option((0.85, 1.0), "Context block scale LO,HI.", flag=True)
+    # ijepa src/masks/multiblock.py: context aspect fixed (1., 1.)
+    enc_aspect: tuple[float, float] = option((1.0, 1.0), "Context block aspect ratio LO,HI.")
+    # in1k_vith14_ep300.yaml mask.min_keep
+    min_keep: int = option(10, "A context keeps more than this many patches.", flag=True)
+    # in1k_vith14_ep300.yaml mask.allow_overlap
+    allow_overlap: bool = option(False, "Let the context overlap the targets.", flag=True)
+    # docs/masks.md; the official collator cuts to the batch minimum instead
+    context_size: int | None = option(None, "Context slots K per sample (default: derived, docs/masks.md).",
+                                      flag=True)
+    # ijepa issue #60: top/left = randint(0, H - h), exclusive
+    official_positions: bool = option(False, "Block positions as the official code draws them (the last row "
+                                      "and column are never reached).", flag=True)
+    official_truncation: bool = option(False, "Cut contexts to the batch-minimum count (per mask pair in 3D), "
+                                       "lowest indices kept, as the official collator.", flag=True)
+    collator_batch: int | None = option(None, "With official_truncation: cut over groups of this many samples "
+                                        "(the official per-GPU batch; default: the whole batch).", flag=True)
 
     @property
     def frames(self) -> None:
@@ -85,17 +84,30 @@ class MultiBlock3DConfig:
     """V-JEPA 3D multi-block masks (facebookresearch/jepa src/masks/multiblock3d.py); one entry per mask pair."""
 
     strategy: ClassVar[str] = "multiblock3d"
-    grid: tuple[int, int] = (14, 14)  # jepa configs/pretrain/vitl16.yaml: crop 224 / patch 16
-    frames: int = 8  # vitl16.yaml: num_frames 16 / tubelet_size 2
-    npred: tuple[int, ...] = (8, 2)  # vitl16.yaml mask: num_blocks 8 (short-range), 2 (long-range)
-    pred_scale: tuple[tuple[float, float], ...] = ((0.15, 0.15), (0.7, 0.7))  # vitl16.yaml mask spatial_scale
-    temporal_scale: tuple[tuple[float, float], ...] = ((1.0, 1.0), (1.0, 1.0))  # vitl16.yaml mask temporal_scale
-    aspect: tuple[float, float] = (0.75, 1.5)  # vitl16.yaml mask aspect_ratio (both pairs)
-    max_temporal_keep: tuple[float, ...] = (1.0, 1.0)  # vitl16.yaml mask max_temporal_keep
-    context_size: int | None = None  # K; None -> derived (docs/masks.md); official collator: batch minimum
-    official_positions: bool = False  # no-op: multiblock3d.py already draws randint(0, H - h + 1)
-    official_truncation: bool = False  # True: cut to the batch-minimum count per pair, lowest indices kept
-    collator_batch: int | None = None  # official per-GPU batch the cut runs over; None: the whole batch
+    # jepa configs/pretrain/vitl16.yaml: crop 224 / patch 16
+    grid: tuple[int, int] = option((14, 14), "Patch grid HxW (an objective takes it from its model).")
+    # vitl16.yaml: num_frames 16 / tubelet_size 2
+    frames: int = option(8, "Temporal grid size (an objective takes it from its model).")
+    # vitl16.yaml mask: num_blocks 8 (short-range), 2 (long-range)
+    npred: tuple[int, ...] = option((8, 2), "Target blocks per mask pair, e.g. 8,2.")
+    # vitl16.yaml mask spatial_scale
+    pred_scale: tuple[tuple[float, float], ...] = option(((0.15, 0.15), (0.7, 0.7)),
+                                                         "Target block scale per pair, e.g. 0.15,0.7 or 0.1:0.2,0.7.")
+    # vitl16.yaml mask temporal_scale
+    temporal_scale: tuple[tuple[float, float], ...] = option(((1.0, 1.0), (1.0, 1.0)),
+                                                             "Temporal block scale per pair.")
+    # vitl16.yaml mask aspect_ratio (both pairs)
+    aspect: tuple[float, float] = option((0.75, 1.5), "Target block aspect ratio LO,HI (height / width).")
+    # vitl16.yaml mask max_temporal_keep
+    max_temporal_keep: tuple[float, ...] = option((1.0, 1.0), "Fraction of frames the context may span, per pair.")
+    # docs/masks.md; the official collator cuts to the batch minimum instead
+    context_size: int | None = option(None, "Context slots K per sample (default: derived, docs/masks.md).")
+    # no-op: multiblock3d.py already draws randint(0, H - h + 1)
+    official_positions: bool = option(False, "No effect: the official 3D sampler has no position quirk.")
+    official_truncation: bool = option(False, "Cut contexts to the batch-minimum count (per mask pair in 3D), "
+                                       "lowest indices kept, as the official collator.")
+    collator_batch: int | None = option(None, "With official_truncation: cut over groups of this many samples "
+                                        "(the official per-GPU batch; default: the whole batch).")
 
     @property
     def num_patches(self) -> int:
@@ -111,11 +123,13 @@ class RandomConfig:
     """Audio-JEPA `random_block` masks (LudovicTuncay/Audio-JEPA src/models/jepa_module.py)."""
 
     strategy: ClassVar[str] = "random"
-    grid: tuple[int, int] = (16, 8)  # Audio-JEPA: 256 frames x 128 mel / patch 16 -> 16 x 8
-    ratio: tuple[float, float] = (0.4, 0.6)  # Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
-    context_size: int | None = None  # K; None -> int(N * (1 - ratio[0])), every context kept whole
-    official_positions: bool = False  # no-op: a permutation has no positional quirk
-    official_truncation: bool = False  # no-op in effect: all contexts of a batch have the same size
+    # Audio-JEPA: 256 frames x 128 mel / patch 16 -> 16 x 8
+    grid: tuple[int, int] = option((16, 8), "Patch grid HxW (an objective takes it from its model).")
+    # Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
+    ratio: tuple[float, float] = option((0.4, 0.6), "Masking ratio range LO,HI, drawn once per batch.")
+    context_size: int | None = option(None, "Context slots K per sample (default: derived, docs/masks.md).")
+    official_positions: bool = option(False, "No effect: a permutation has no positional quirk.")
+    official_truncation: bool = option(False, "No effect: all contexts of a batch have the same size.")
 
     @property
     def frames(self) -> None:
@@ -301,6 +315,9 @@ def context_slots(config: MaskConfig, batch_size: int | None = None) -> int:
     upper = max_context_count(config)
     if isinstance(config, RandomConfig):
         return upper  # every context of a batch has the same length: nothing to cut
+    import jax
+    import numpy as np
+
     from jepa_cli.masks.sampler import sample_many
 
     probe_batch = DERIVE_BATCH_SIZE
@@ -335,7 +352,7 @@ def validate(config: MaskConfig) -> MaskConfig:
         _check_range("--pred-scale", config.pred_scale)
         _check_range("--enc-scale", config.enc_scale)
         _check_range("--aspect", config.aspect, upper=None)
-        _check_range("enc aspect", config.enc_aspect, upper=None)
+        _check_range("--enc-aspect", config.enc_aspect, upper=None)
         if not 1 <= config.npred <= MAX_BLOCKS:
             raise InputError(f"--npred must lie in 1..{MAX_BLOCKS} (target blocks per sample), got {config.npred}")
         if config.min_keep < 0:
@@ -435,29 +452,20 @@ def _check_range(name: str, values: tuple[float, float], upper: float | None = 1
         raise InputError(f"{name}: values must lie in [1/{MAX_PATCHES}, {MAX_PATCHES}], got {_fmt(values)}")
 
 
-_COMMON = ("grid", "context_size", "official_positions", "official_truncation")
-_ALLOWED = {
-    "multiblock": {"npred", "pred_scale", "aspect", "enc_scale", "min_keep", "allow_overlap", "collator_batch"},
-    "multiblock3d": {"frames", "npred", "pred_scale", "temporal_scale", "aspect", "max_temporal_keep",
-                     "collator_batch"},
-    "random": {"ratio"},
-}
-
-
 def config_from_options(strategy: str, **options: Any) -> MaskConfig:
     """A validated config for `strategy` from keyword options; None values keep the defaults.
 
-    Options: grid, frames (3D only), npred, pred_scale, aspect, enc_scale, min_keep, allow_overlap,
-    ratio, temporal_scale, max_temporal_keep, context_size, official_positions, official_truncation,
-    collator_batch. For multiblock3d, npred / pred_scale / temporal_scale / max_temporal_keep hold one entry per mask
-    pair (a scale entry is a number or a (low, high) pair).
+    Options: the fields of the strategy's config (MultiBlockConfig, MultiBlock3DConfig, RandomConfig),
+    as values or as command-line text ('0.15,0.2'). For multiblock3d, npred / pred_scale /
+    temporal_scale / max_temporal_keep hold one entry per mask pair (a scale entry is a number or a
+    (low, high) pair).
     """
     if strategy not in CONFIGS:
         raise InputError(f"--strategy: unknown strategy {strategy!r} (choose from {', '.join(CONFIGS)})")
     given = {k: v for k, v in options.items() if v is not None}
     if "frames" in given and strategy != "multiblock3d":
         raise InputError(f"--frames is for 3D masks (multiblock3d), not --strategy {strategy}")
-    unknown = set(given) - set(_COMMON) - _ALLOWED[strategy]
+    unknown = set(given) - {f.name for f in dataclasses.fields(CONFIGS[strategy])}
     if unknown:
         names = ", ".join("--" + u.replace("_", "-") for u in sorted(unknown))
         raise InputError(f"{names}: not an option of --strategy {strategy}")
@@ -485,7 +493,7 @@ def config_from_options(strategy: str, **options: Any) -> MaskConfig:
                 given["max_temporal_keep"] *= pairs
         elif pairs != len(cls.max_temporal_keep):
             given["max_temporal_keep"] = (1.0,) * pairs
-    for name in ("pred_scale", "aspect", "enc_scale", "ratio"):
+    for name in ("pred_scale", "aspect", "enc_scale", "enc_aspect", "ratio"):
         if name in given and not (strategy == "multiblock3d" and name == "pred_scale"):
             given[name] = _range(name, given[name])
     for name in ("npred", "min_keep", "context_size", "frames"):

@@ -6,7 +6,8 @@ import functools
 
 import jax
 
-from jepa_cli.masks.config import MaskConfig, MaskSet, MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+from jepa_cli.masks.config import MaskConfig, MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+from jepa_cli.masks.maskset import MaskSet
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

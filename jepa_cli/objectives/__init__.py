@@ -14,7 +14,7 @@ from jepa_cli.errors import InputError
 from jepa_cli.names import OBJECTIVE_NAMES
 
 _EXPORTS = {"AudioJEPAObjective": "audio_jepa", "DiffusionObjective": "diffusion", "EMASpec": "base",
-            "FlowObjective": "flow", "IJEPAConfig": "ijepa", "IJEPAObjective": "ijepa", "Objective": "base",
+            "FlowObjective": "flow", "IJEPAConfig": "ijepa_config", "IJEPAObjective": "ijepa", "Objective": "base",
             "VJEPAConfig": "vjepa", "VJEPAObjective": "vjepa"}  # name -> the module that defines it
 _REGISTRY = {"ijepa": "IJEPAObjective", "vjepa": "VJEPAObjective", "audio-jepa": "AudioJEPAObjective",
              "flow": "FlowObjective", "diffusion": "DiffusionObjective"}  # --objective name -> class

@@ -21,7 +21,8 @@ from jepa_cli.data.fbank import FbankConfig, fbank
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModelConfig
-from jepa_cli.models.vit import MODEL_SIZES, gather_tokens
+from jepa_cli.models.config import MODEL_SIZES
+from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 

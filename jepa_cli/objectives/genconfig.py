@@ -1,7 +1,7 @@
 """The options of the generative objectives (`flow`, `diffusion`), declared once.
 
-Each dataclass field is one option: its default, and (in `metadata`) its help and whether it is a
-`jepa train` flag. The same field is the TOML key in `[flow]` / `[diffusion]` and the key in
+Each dataclass field is one option (jepa_cli/options.py): its default, and (in `metadata`) its help
+and whether it is a `jepa train` flag. The same field is the TOML key in `[flow]` / `[diffusion]` and the key in
 run.json's objective_config (to_dict / from_dict), as IJEPAConfig's fields are. This module imports
 no JAX, so `jepa train --help` can list the flags.
 """
@@ -14,14 +14,18 @@ from typing import Any
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.names import COMPUTE_DTYPES as DTYPES
+from jepa_cli.options import option
 
 MODALITIES = ("image", "latent")
 SCHEDULES = ("cosine", "edm")
 PREDICTIONS = ("eps", "x0", "v")
 
 
-def _opt(default, help: str, flag: bool = True, applies: tuple[str, ...] = ("flow", "diffusion")):
-    return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "applies": applies})
+def _opt(default, help: str, flag: bool = True, applies: tuple[str, ...] = ("flow", "diffusion"),
+         choices: tuple[str, ...] | None = None):
+    """An option of the generative objectives (jepa_cli/options.py): a `jepa train` flag unless `flag`
+    is False, read by the objectives in `applies`."""
+    return option(default, help, flag=flag, applies=applies, choices=choices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +57,10 @@ class GenerativeConfig:
     logit_std: float = _opt(1.0, "Logit-normal t: std (SD3).", applies=("flow",))
     flow_shift: float = _opt(1.0, "Resolution shift s: t' = s t / (1 + (s - 1) t) (SD3).", applies=("flow",))
     # diffusion
-    schedule: str = _opt("cosine", "cosine (continuous VP) | edm (Karras et al. 2022).", applies=("diffusion",))
+    schedule: str = _opt("cosine", "cosine (continuous VP) | edm (Karras et al. 2022).", applies=("diffusion",),
+                         choices=SCHEDULES)
     prediction: str | None = _opt(None, "eps | x0 | v for the cosine schedule (default v); edm predicts its "
-                                        "preconditioned F.", applies=("diffusion",))
+                                        "preconditioned F.", applies=("diffusion",), choices=PREDICTIONS)
     min_snr_gamma: float | None = _opt(None, "Min-SNR-gamma weighting of the x0 loss (Hang et al. 2023), "
                                              "converted into the prediction's space.", applies=("diffusion",))
     p_mean: float = _opt(-0.4, "EDM log-normal sigma: mean (EDM2).", applies=("diffusion",))
@@ -133,19 +138,3 @@ class FlowConfig(GenerativeConfig):
 @dataclasses.dataclass(frozen=True)
 class DiffusionConfig(GenerativeConfig):
     owner = "diffusion"
-
-
-def train_flags() -> list[tuple[str, str, Any, str]]:
-    """(field name, --flag, python type, help) of every option that is a `jepa train` flag."""
-    import typing
-
-    hints = typing.get_type_hints(GenerativeConfig)
-    out = []
-    for f in dataclasses.fields(GenerativeConfig):
-        if not f.metadata["flag"]:
-            continue
-        hint = hints[f.name]
-        base = next((t for t in (int, float, str) if t is hint or t in typing.get_args(hint)), str)
-        which = "/".join(f.metadata["applies"])
-        out.append((f.name, "--" + f.name.replace("_", "-"), base, f"{f.metadata['help']} [{which}]"))
-    return out

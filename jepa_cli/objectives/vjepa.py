@@ -23,10 +23,12 @@ from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModuleTemplate
-from jepa_cli.models.vit import VideoModelConfig, gather_tokens
+from jepa_cli.models.config import VideoModelConfig
+from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
-from jepa_cli.objectives.ijepa import layer_norm_no_affine, _listify, _tuplify, ema_momentum
+from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
+from jepa_cli.objectives.ijepa_config import _listify, _tuplify, default_norm
 
 # multiblock3d options the objective sets itself from the model (the token grid)
 _FROM_MODEL = {"grid", "frames"}
@@ -83,15 +85,11 @@ class VJEPAConfig(VideoModelConfig):
 
     @property
     def norm_mean(self) -> tuple[float, ...]:
-        if self.mean is not None:
-            return self.mean
-        return transforms.IMAGENET_MEAN if self.channels == 3 else (0.5,) * self.channels
+        return self.mean if self.mean is not None else default_norm(self.channels)[0]
 
     @property
     def norm_std(self) -> tuple[float, ...]:
-        if self.std is not None:
-            return self.std
-        return transforms.IMAGENET_STD if self.channels == 3 else (0.5,) * self.channels
+        return self.std if self.std is not None else default_norm(self.channels)[1]
 
     @classmethod
     def from_dict(cls, config: dict) -> "VJEPAConfig":

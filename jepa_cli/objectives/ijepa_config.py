@@ -1,0 +1,133 @@
+"""I-JEPA's options (IJEPAConfig): the model's, the masks' and the objective's own, declared once
+(jepa_cli/options.py). No JAX here, so `jepa train` reads the flags before JAX loads."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.models.config import ModelConfig
+from jepa_cli.names import LOSSES
+from jepa_cli.options import option
+
+
+def default_norm(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) when a recipe gives none: ImageNet's for 3 channels, 0.5 per channel otherwise."""
+    from jepa_cli.data.transforms import IMAGENET_MEAN, IMAGENET_STD  # numpy and PIL: only when used
+
+    return (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.5,) * channels, (0.5,) * channels)
+
+
+def _tuplify(v):
+    if isinstance(v, list):
+        return tuple(_tuplify(x) for x in v)
+    return v
+
+
+@dataclasses.dataclass(frozen=True)
+class IJEPAConfig(ModelConfig):
+    """The model's fields (inherited from ModelConfig, flat so that TOML keys stay flat), the masks
+    and the objective's own options."""
+
+    # masks: overrides of jepa_cli.masks.MultiBlockConfig fields (grid comes from the model),
+    # as sorted (name, value) pairs so the config stays hashable; TOML writes them flat
+    mask_options: tuple[tuple[str, Any], ...] = ()
+    # objective (ijepa configs/in1k_vith14_ep300.yaml, src/train.py)
+    loss: str = option("smooth_l1", "Prediction loss: smooth_l1 (official code) | l2 (paper) | l1.", flag=True,
+                       choices=LOSSES)
+    ema: tuple[float, float] = option((0.996, 1.0), "Target-encoder EMA momentum ramp START,END over the run.")
+    total_updates: float | None = option(None, "EMA ramp length in updates, steps x ipe_scale unrounded "
+                                               "(default: set by the trainer).")
+    mean: tuple[float, ...] | None = option(None, "Per-channel normalisation mean (default: ImageNet's for 3 "
+                                                  "channels, 0.5 otherwise).")
+    std: tuple[float, ...] | None = option(None, "Per-channel normalisation std (default: ImageNet's for 3 "
+                                                 "channels, 0.5 otherwise).")
+    crop_scale: tuple[float, float] = option((0.3, 1.0), "Random resized crop: area scale LO,HI.")
+    crop_ratio: tuple[float, float] = option((3 / 4, 4 / 3), "Random resized crop: aspect ratio LO,HI.")
+    # 256/224 is the usual Resize(256) + CenterCrop(224)
+    eval_resize_ratio: float = option(256 / 224, "Evaluation (encode-latents): resize the short side to "
+                                                 "image_size x this, then centre-crop; 1.0 keeps the whole image.")
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
+        if isinstance(self.mask_options, dict):
+            object.__setattr__(self, "mask_options", tuple(sorted(self.mask_options.items())))
+        object.__setattr__(
+            self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options)
+        )
+        check_field_types(self, "ijepa")  # before any check below compares or measures a value
+        if self.loss not in LOSSES:
+            raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
+        if len(self.ema) != 2 or not 0.0 <= self.ema[0] <= 1.0 or not 0.0 <= self.ema[1] <= 1.0:
+            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
+        if not self.eval_resize_ratio >= 1.0:
+            raise InputError(f"eval_resize_ratio must be >= 1 (1: no border cropped), got {self.eval_resize_ratio!r}")
+        if self.total_updates is not None and self.total_updates < 0:
+            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
+        for name in ("mean", "std"):
+            v = getattr(self, name)
+            if v is not None and len(v) not in (1, self.channels):
+                raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
+        super().__post_init__()  # validates the model fields
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelConfig)})
+
+    @property
+    def mask_config(self):
+        from jepa_cli.masks import MultiBlockConfig
+
+        return MultiBlockConfig(grid=self.model_config.grid, **dict(self.mask_options))
+
+    @property
+    def norm_mean(self) -> tuple[float, ...]:
+        return self.mean if self.mean is not None else default_norm(self.channels)[0]
+
+    @property
+    def norm_std(self) -> tuple[float, ...]:
+        return self.std if self.std is not None else default_norm(self.channels)[1]
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "IJEPAConfig":
+        """Flat options; keys that are MultiBlockConfig fields go to the masks; a "mask" key may
+        also hold a dict of mask options. Any other unknown key is an InputError naming it."""
+        from jepa_cli.masks import MultiBlockConfig
+
+        own = {f.name for f in dataclasses.fields(cls)}
+        mask_fields = {f.name for f in dataclasses.fields(MultiBlockConfig)} - {"grid"}
+        kwargs: dict[str, Any] = {}
+        masks = dict(config.get("mask") or {})
+        masks.update(dict(config.get("mask_options") or ()))
+        for k, v in config.items():
+            if k in ("mask", "mask_options"):
+                continue
+            if k in own:
+                kwargs[k] = v
+            elif k in mask_fields:
+                masks[k] = v
+            else:
+                raise InputError(f"unknown ijepa option {k!r}")
+        for k in masks:
+            if k not in mask_fields:
+                raise InputError(f"unknown ijepa mask option {k!r}")
+        kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "mask_options":
+                v = {k: _listify(x) for k, x in v}
+            out[f.name] = _listify(v)
+        return out
+
+
+def _listify(v):
+    if isinstance(v, tuple):
+        return [_listify(x) for x in v]
+    return v
