@@ -212,6 +212,54 @@ def test_tensorboard_gets_the_rows_of_metrics_jsonl(trained, tmp_path):
     assert {step for _, step in scalars} == {41, 42}
 
 
+class _WandbDouble:
+    """What jepa uses of the wandb module (init, then log and finish on its run), recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def init(self, **kwargs):
+        self.calls.append(("init", kwargs))
+        return self
+
+    def log(self, data, step):
+        self.calls.append(("log", dict(data), step))
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+
+def test_wandb_gets_the_rows_of_metrics_jsonl_at_their_steps(trained, tmp_path, monkeypatch):
+    import shutil
+    import sys
+
+    wandb = _WandbDouble()
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    run = tmp_path / "run"
+    shutil.copytree(trained["run"], run)
+    r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "42", "--wandb", "jepa-test",
+             "-q")
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-2:]
+    (_, init), *logged, finished = wandb.calls
+    assert (init["project"], init["name"], init["dir"]) == ("jepa-test", "run", str(run))
+    assert init["config"]["wandb"] == "jepa-test" and init["config"]["objective"] == "ijepa"
+    assert [step for _, _, step in logged] == [41, 42] and finished == ("finish",)
+    for (_, data, _), row in zip(logged, rows):
+        assert data["loss"] == pytest.approx(row["loss"], rel=1e-6) and "step" not in data
+
+
+def test_wandb_without_its_package_is_refused_before_anything_is_written(trained, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what an install without the extra sees
+    run = tmp_path / "run"
+    r = _cli("train", "--config", trained["recipe"], "--out", run, "--data", trained["digits"], "--steps", "1",
+             "--wandb", "p")
+    assert_user_error(r, "--wandb needs the wandb package: pip install 'jepa-cli[wandb]'")
+    assert not run.exists()
+
+
 def test_plot_and_info_skip_metrics_lines_that_are_not_rows(trained, tmp_path):
     import shutil
 

@@ -134,7 +134,7 @@ class Mlp(nnx.Module):
 
 class ZeroLinear(nnx.Module):
     """A Linear whose weights start at zero (leaf names `zero_kernel`/`zero_bias`, which
-    models.INIT_RULES fills with zeros): DiT's adaLN-Zero modulation and final projection."""
+    models/template.py INIT_RULES fills with zeros): DiT's adaLN-Zero modulation and final projection."""
 
     def __init__(self, din: int, dout: int, dtype, rngs: nnx.Rngs):
         self.dtype = dtype

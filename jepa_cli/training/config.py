@@ -118,6 +118,9 @@ class TrainConfig:
     tensorboard: str | None = _key(None, _Rule("str", nullable=True),
                                    "Also write every logged metric as TensorBoard events into this folder "
                                    "(the tensorboard extra; metrics.jsonl stays the record).")
+    wandb: str | None = _key(None, _Rule("str", nullable=True),
+                             "Also log every metric to this Weights & Biases project (the wandb extra; set "
+                             "WANDB_MODE=offline without network; metrics.jsonl stays the record).")
     num_threads: int = _key(2, _Rule("int", 1), "Reader threads of the input pipeline.")
     # the k-NN probe of the target encoder during training (evaluation/online.py)
     probe_every: int | None = _key(None, _Rule("int", 1, nullable=True),

@@ -309,9 +309,13 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
 
     from jepa_cli.training import mesh as mesh_lib
     from jepa_cli.training.data import abstract_batch, check_dataset, check_modality
-    from jepa_cli.training.run import abstract_state, build_optimizer, read_run
+    from jepa_cli.training.run import abstract_state, build_optimizer, read_run, require_tensorboard, require_wandb
     from jepa_cli.training.step import jit_step, make_step_fn
 
+    if config.tensorboard:
+        require_tensorboard()  # a missing extra is refused before any work, and before anything is written
+    if config.wandb:
+        require_wandb()
     if not config.data:
         raise InputError("--data is required")
     if not config.out:
@@ -348,10 +352,6 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     batch_spec = abstract_batch(config.data, transform, config.batch_size, batch_sh, _uses_labels(objective))
     _trace_step(step_fn, abstract, state_sh, batch_spec, config.objective)
     probe = _make_probe(config, objective, abstract, out)
-    if config.tensorboard:
-        from jepa_cli.training.run import require_tensorboard
-
-        require_tensorboard()  # a missing extra is refused before anything is written
     record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths,
               "dataset": {k: v for k, v in ds.items() if k != "attrs"}, "status": "running"}
     return _Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
@@ -483,7 +483,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
     collapse_reported = False
     rank_peak: float | None = None  # the highest smoothed effective_rank in this process
     rank_smooth: float | None = None  # effective_rank averaged over about the last 20 updates (one batch is noisy)
-    metrics_file = MetricsWriter(out, config.tensorboard) if main else None
+    metrics_file = MetricsWriter(out, config.tensorboard, config.wandb, config.to_dict()) if main else None
     try:
         if start_step == 0 and steps == 0:
             save(0)

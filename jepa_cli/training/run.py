@@ -215,26 +215,37 @@ def params_sha256(tree: Any) -> str:
 
 
 class MetricsWriter:
-    """Appends rows to RUN/metrics.jsonl (the record every command reads) and, with `tensorboard_dir`,
-    writes each row's finite numbers as TensorBoard scalars at the row's step (tensorboardX)."""
+    """Appends rows to RUN/metrics.jsonl (the record every command reads) and, optionally, writes each
+    row's finite numbers at the row's step as TensorBoard scalars (`tensorboard_dir`, tensorboardX)
+    and to a Weights & Biases run (`wandb_project`, named after RUN, with `run_config` as its config)."""
 
-    def __init__(self, run_dir: str | Path, tensorboard_dir: str | None = None) -> None:
+    def __init__(self, run_dir: str | Path, tensorboard_dir: str | None = None, wandb_project: str | None = None,
+                 run_config: dict[str, Any] | None = None) -> None:
         self._file = open(Path(run_dir) / METRICS_FILE, "a")
         self._board = tensorboard_writer(tensorboard_dir) if tensorboard_dir else None
+        self._wandb = None
+        if wandb_project:
+            self._wandb = require_wandb().init(project=wandb_project, name=Path(run_dir).resolve().name,
+                                               dir=str(run_dir), config=run_config or {})
 
     def write(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
+        scalars = {key: float(value) for key, value in row.items()
+                   if key != "step" and isinstance(value, (int, float)) and np.isfinite(value)}
         if self._board is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and np.isfinite(value):
-                    self._board.add_scalar(key, float(value), int(row["step"]))
+            for key, value in scalars.items():
+                self._board.add_scalar(key, value, int(row["step"]))
             self._board.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=int(row["step"]))
 
     def close(self) -> None:
         self._file.close()
         if self._board is not None:
             self._board.close()
+        if self._wandb is not None:
+            self._wandb.finish()
 
 
 def require_tensorboard() -> type:
@@ -244,6 +255,15 @@ def require_tensorboard() -> type:
     except ImportError:
         raise InputError("--tensorboard needs tensorboardX: pip install 'jepa-cli[tensorboard]'") from None
     return SummaryWriter
+
+
+def require_wandb():
+    """The wandb module; an InputError naming the extra when it is not installed."""
+    try:
+        import wandb
+    except ImportError:
+        raise InputError("--wandb needs the wandb package: pip install 'jepa-cli[wandb]'") from None
+    return wandb
 
 
 def tensorboard_writer(directory: str):
