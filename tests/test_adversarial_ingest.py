@@ -91,13 +91,13 @@ def test_ingest_force_refuses_a_mask_file(tmp_path, src):
 
 def test_mask_force_refuses_a_dataset(tmp_path):
     data = dataset(tmp_path / "d.zarr")
-    expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch", "2", "-o", data, "--force",
+    expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch-size", "2", "-o", data, "--force",
                    guard=[tmp_path], fragments=["d.zarr: holds jepa_kind 'dataset'", "jepa_kind 'masks'"])
 
 
 def test_mask_output_inside_the_dataset_it_draws_is_refused(tmp_path):
     data = dataset(tmp_path / "d.zarr")
-    expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch", "2", "-o", data / "m.zarr",
+    expect_refusal("mask", "--strategy", "random", "--grid", "4x4", "--batch-size", "2", "-o", data / "m.zarr",
                    "--png", tmp_path / "p.png", "--data", data, guard=[tmp_path], fragments=["lies inside the input"])
 
 

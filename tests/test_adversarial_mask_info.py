@@ -27,7 +27,7 @@ from jepa_cli.cli.main import COMMANDS
 def mask_file(tmp_path_factory) -> Path:
     """A small valid mask file (6x6 grid, 4 samples), written once for the cases that damage a copy."""
     path = tmp_path_factory.mktemp("masks") / "m.zarr"
-    result = run_jepa("mask", "--grid", "6x6", "--batch", "4", "--context-size", "8", "-o", path, "-q")
+    result = run_jepa("mask", "--grid", "6x6", "--batch-size", "4", "--context-size", "8", "-o", path, "-q")
     assert result.returncode == 0, result.stderr
     return path
 
@@ -42,7 +42,7 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def test_mask_grid_over_the_patch_limit_is_refused_at_once(tmp_path):
     start = time.perf_counter()
-    expect_refusal("mask", "--grid", "5000x5000", "--batch", "1", "-o", tmp_path / "m.zarr", guard=[tmp_path],
+    expect_refusal("mask", "--grid", "5000x5000", "--batch-size", "1", "-o", tmp_path / "m.zarr", guard=[tmp_path],
                    fragments=["--grid 5000x5000 has 25000000 patches", "limit of 8192"])
     assert time.perf_counter() - start < 60  # it used to run for minutes
 
@@ -51,8 +51,8 @@ def test_mask_grid_over_the_patch_limit_is_refused_at_once(tmp_path):
 MASK_REFUSALS = {
     "frames-over-the-patch-limit": (["--strategy", "multiblock3d", "--frames", "100000", "-o", "{tmp}/m.zarr"],
                                     ["--frames 100000 --grid 14x14 has 19600000 patches"]),
-    "batch-over-the-cell-limit": (["--grid", "14x14", "--batch", "1000000000", "-o", "{tmp}/m.zarr"],
-                                  ["--batch 1000000000: must lie in 1..136956", "134217728 mask cells"]),
+    "batch-over-the-cell-limit": (["--grid", "14x14", "--batch-size", "1000000000", "-o", "{tmp}/m.zarr"],
+                                  ["--batch-size 1000000000: must lie in 1..136956", "134217728 mask cells"]),
     "npred-over-the-block-limit": (["--npred", "1000"], ["--npred must lie in 1..64", "1000"]),
     "blocks-over-all-pairs": (["--strategy", "multiblock3d", "--npred", "60,10"],
                               ["--npred 60,10: at most 64 blocks", "got 70"]),
@@ -80,7 +80,7 @@ def test_mask_option_out_of_bounds_is_refused_writing_nothing(run_cli, tmp_path,
 
 def test_mask_sigterm_while_writing_exits_143_and_leaves_nothing(tmp_path):
     """SIGTERM once the output's temporary directory holds a file: exit 143, one line, nothing left."""
-    command = [sys.executable, "-m", "jepa_cli", "mask", "--grid", "14x14", "--batch", "40000", "--context-size",
+    command = [sys.executable, "-m", "jepa_cli", "mask", "--grid", "14x14", "--batch-size", "40000", "--context-size",
                "100", "-o", str(tmp_path / "m.zarr")]
     proc = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
@@ -200,13 +200,13 @@ def _gpu_fallback(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_jax_warnings_never_reach_stderr_without_verbose():
-    result = _gpu_fallback("mask", "--grid", "6x6", "--batch", "2", "--context-size", "8", "--json")
+    result = _gpu_fallback("mask", "--grid", "6x6", "--batch-size", "2", "--context-size", "8", "--json")
     assert result.returncode == 0, result.stderr
     assert result.stderr == b""
 
 
 def test_verbose_lets_jax_warnings_through():
-    result = _gpu_fallback("mask", "--grid", "6x6", "--batch", "2", "--context-size", "8", "--json", "-v")
+    result = _gpu_fallback("mask", "--grid", "6x6", "--batch-size", "2", "--context-size", "8", "--json", "-v")
     assert b"WARNING jax._src.xla_bridge: An NVIDIA GPU may be present" in result.stderr
 
 

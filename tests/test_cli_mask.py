@@ -12,9 +12,9 @@ from jepa_cli.data import store
 from jepa_cli.masks.io import read_masks
 
 # one configuration per strategy, reused so that each compiles once
-MB = ["--grid", "8x8", "--min-keep", "4", "--context-size", "40", "--batch", "6", "--seed", "1"]
-MB3D = ["--strategy", "multiblock3d", "--grid", "6x6", "--frames", "2", "--context-size", "72", "--batch", "3"]
-RND = ["--strategy", "random", "--grid", "4x4", "--batch", "5"]
+MB = ["--grid", "8x8", "--min-keep", "4", "--context-size", "40", "--batch-size", "6", "--seed", "1"]
+MB3D = ["--strategy", "multiblock3d", "--grid", "6x6", "--frames", "2", "--context-size", "72", "--batch-size", "3"]
+RND = ["--strategy", "random", "--grid", "4x4", "--batch", "5"]  # --batch: the former name, kept
 
 
 @pytest.mark.parametrize("args, context_shape, targets_shape, frames", [

@@ -50,7 +50,8 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
 @click.command("mask", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--strategy", type=click.Choice(["multiblock", "multiblock3d", "random"]), default="multiblock",
               show_default=True, help="I-JEPA multi-block, V-JEPA 3D multi-block or Audio-JEPA random masks.")
-@click.option("--batch", type=click.IntRange(min=1), default=64, show_default=True, help="Masks to sample.")
+@click.option("--batch-size", "--batch", "batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Masks to sample (--batch: the former name).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
 @_mask_options
 @click.option("-o", "--output", type=click.Path(dir_okay=True, file_okay=False), help="Write a mask file (zarr v3).")
@@ -68,7 +69,7 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
 
     \b
     Example:
-      jepa mask --strategy multiblock --grid 14x14 --batch 64 --seed 0 -o masks.zarr --show --stats
+      jepa mask --strategy multiblock --grid 14x14 --batch-size 64 --seed 0 -o masks.zarr --show --stats
     """
     from jepa_cli.data import store
     from jepa_cli.errors import InputError

@@ -25,7 +25,7 @@ CONTEXT_RETRY_TIMEOUT = 20
 MAX_EMPTY_CONTEXT_RETRIES = 8
 
 # Limits that keep every mask command bounded in time and memory (docs/masks.md, "Limits"). Deriving K
-# samples 32 probe batches of 128 over the whole grid, so the grid bounds the work even at --batch 1:
+# samples 32 probe batches of 128 over the whole grid, so the grid bounds the work even at --batch-size 1:
 # the largest allowed 3D grid (8x32x32) takes about 45 s and 6.6 GB on 2 CPU cores, 2D grids less.
 # Every official grid (at most 8x24x24 = 4,608 patches, V-JEPA ViT-H/16 at 384) fits.
 MAX_PATCHES = 8192
@@ -33,7 +33,7 @@ MAX_PATCHES = 8192
 # grid in the sampler and a row of the target array. The official recipes use 4 and 8 + 2.
 MAX_BLOCKS = 64
 # Dense mask cells a batch may hold, batch x (contexts + targets) x patches: 2^27 cells take about 20 s
-# and 2 GB of memory on 2 CPU cores (14x14, 4 targets, --batch 131,072).
+# and 2 GB of memory on 2 CPU cores (14x14, 4 targets, --batch-size 131,072).
 MAX_MASK_CELLS = 2**27
 
 
@@ -431,7 +431,7 @@ def check_batch(config: MaskConfig, batch_size: int) -> None:
     cells = batch_size * rows * config.num_patches
     if batch_size < 1 or cells > MAX_MASK_CELLS:
         most = max(1, MAX_MASK_CELLS // (rows * config.num_patches))
-        raise InputError(f"--batch {batch_size}: must lie in 1..{most} for {rows} mask rows of "
+        raise InputError(f"--batch-size {batch_size}: must lie in 1..{most} for {rows} mask rows of "
                          f"{config.num_patches} patches (at most {MAX_MASK_CELLS} mask cells, about 2 GB of memory)")
 
 
