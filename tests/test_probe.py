@@ -180,3 +180,22 @@ def test_raw_sets_of_different_sample_shapes_are_refused(tmp_path, run_cli):
     a = write_dataset(tmp_path / "a.zarr", np.zeros((30, 4, 8, 1), np.uint8), labels, modality="image")
     b = write_dataset(tmp_path / "b.zarr", np.zeros((30, 8, 4, 1), np.uint8), labels, modality="image")
     assert_user_error(run_cli("probe", "linear", a, b, "--raw"), "sample shapes differ", "[4, 8, 1]", "[8, 4, 1]")
+
+
+def test_a_redirected_stderr_gets_plain_progress_lines_for_each_probe(tmp_path, run_cli, monkeypatch):
+    from jepa_cli.cli.common import ProgressHandle
+
+    monkeypatch.setattr(ProgressHandle, "PLAIN_AFTER_S", 0.0)  # lines from the start (10 s by default)
+    rng = np.random.default_rng(0)
+    x, y = separable(rng, 200)
+    xt, yt = separable(rng, 100)
+    tr = write_dataset(tmp_path / "tr.zarr", x, y)
+    te = write_dataset(tmp_path / "te.zarr", xt, yt)
+    linear = run_cli("probe", "linear", tr, te)
+    assert linear.exit_code == 0, linear.stderr
+    assert [line.split(",")[0] for line in linear.stderr.splitlines()] == [
+        f"linear probe: {n}/6 fits" for n in range(1, 7)]
+    knn = run_cli("probe", "knn", tr, te, "--batch-size", "50")
+    assert [line.split(",")[0] for line in knn.stderr.splitlines()] == ["k-NN probe: 50/100 rows",
+                                                                         "k-NN probe: 100/100 rows"]
+    assert run_cli("probe", "knn", tr, te, "-q").stderr == ""

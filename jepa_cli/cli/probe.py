@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, stderr_log, warn
+from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, progress_bar, stderr_log, warn
 from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_steps
 
 
@@ -62,25 +62,43 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     if verbose:  # an error may still follow, and an error must stay the only line on stderr
         log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
     start = time.perf_counter()
+    bar_quiet = quiet or (as_json and not verbose)
     if probe == "linear":
-        from jepa_cli.evaluation.linear import linear_probe
+        from jepa_cli.evaluation.linear import WEIGHT_DECAYS, linear_probe
 
-        out = linear_probe(tr.x, tr.labels, te.x, te.labels, num_classes, seed=seed,
-                           on_step=lambda msg: log(msg) if verbose else None)
+        # one fit per candidate weight decay on the held-out split, then the refit: advance as each begins
+        with progress_bar("linear probe", len(WEIGHT_DECAYS) + 1, "fits", quiet=bar_quiet) as advance:
+            fits_begun = []
+
+            def on_step(message: str) -> None:
+                if fits_begun:
+                    advance(1)
+                fits_begun.append(message)
+                if verbose:
+                    advance.log(message)
+
+            out = linear_probe(tr.x, tr.labels, te.x, te.labels, num_classes, seed=seed, on_step=on_step)
+            advance(1)
     elif probe == "knn":
         from jepa_cli.evaluation.knn import knn_probe
 
-        out = knn_probe(tr.x, tr.labels, te.x, te.labels, num_classes, k=k, temperature=temperature, vote=vote,
-                        batch_size=batch_size)
+        with progress_bar("k-NN probe", te.n, "rows", quiet=bar_quiet) as advance:
+            out = knn_probe(tr.x, tr.labels, te.x, te.labels, num_classes, k=k, temperature=temperature, vote=vote,
+                            batch_size=batch_size, on_batch=advance)
     else:
         from jepa_cli.evaluation.attentive import BATCH_SIZE, attentive_probe
 
-        try:
-            out = attentive_probe(tr.x, tr.labels, te.x, te.labels, num_classes, epochs=epochs,
-                                  batch_size=batch_size or BATCH_SIZE, seed=seed,
-                                  on_epoch=lambda e, loss: log(f"epoch {e}: loss {loss:.4f}") if verbose else None)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+        with progress_bar("attentive probe", epochs, "epochs", quiet=bar_quiet) as advance:
+            def on_epoch(epoch: int, loss: float) -> None:
+                advance(1)
+                if verbose:
+                    advance.log(f"epoch {epoch}: loss {loss:.4f}")
+
+            try:
+                out = attentive_probe(tr.x, tr.labels, te.x, te.labels, num_classes, epochs=epochs,
+                                      batch_size=batch_size or BATCH_SIZE, seed=seed, on_epoch=on_epoch)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
     predictions = out.pop("predictions")
     result = {"probe": probe, "top1": out.pop("top1"), "top5": out.pop("top5"), "n_train": tr.n, "n_test": te.n,
               "num_classes": num_classes, "dim": int(tr.x.shape[-1]), "raw": raw, "train": train, "test": test,
