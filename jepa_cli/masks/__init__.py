@@ -7,8 +7,7 @@ import JAX, so this package loads its modules on first use (PEP 562): the strate
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jepa_cli.lazy import lazy_exports
 
 _EXPORTS = {
     "MaskConfig": "config", "MultiBlockConfig": "config", "MultiBlock3DConfig": "config", "RandomConfig": "config",
@@ -18,9 +17,4 @@ _EXPORTS = {
 }  # name -> the module that defines it
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

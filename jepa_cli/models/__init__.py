@@ -9,8 +9,7 @@ options that the CLI reads before JAX loads.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jepa_cli.lazy import lazy_exports
 
 _EXPORTS = {
     "MODEL_SIZES": "config", "ModelConfig": "config", "ModelSize": "config", "VideoModelConfig": "config",
@@ -20,9 +19,4 @@ _EXPORTS = {
 }  # name -> the module that defines it
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

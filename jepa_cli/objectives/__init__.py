@@ -7,10 +7,10 @@ must not pay for importing JAX.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from jepa_cli.errors import InputError
+from jepa_cli.lazy import lazy_exports
 from jepa_cli.names import OBJECTIVE_NAMES
 
 _EXPORTS = {"AudioJEPAObjective": "audio_jepa", "DiffusionObjective": "diffusion", "EMASpec": "base",
@@ -23,16 +23,17 @@ assert tuple(_REGISTRY) == OBJECTIVE_NAMES
 __all__ = [*sorted(_EXPORTS), "OBJECTIVES", "make_objective"]
 
 
+_exported = lazy_exports(__name__, _EXPORTS)
+
+
 def __getattr__(name: str) -> Any:
     if name == "OBJECTIVES":  # dict[str, type]: every objective class by its --objective name
-        return {key: __getattr__(cls) for key, cls in _REGISTRY.items()}
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return {key: _exported(cls) for key, cls in _REGISTRY.items()}
+    return _exported(name)
 
 
 def make_objective(name: str, config: dict | None = None):
     """Build an objective from its name and a flat dict of options (unknown key: InputError)."""
     if name not in _REGISTRY:
         raise InputError(f"unknown objective {name!r} (choose from {', '.join(_REGISTRY)})")
-    return __getattr__(_REGISTRY[name]).from_config(dict(config or {}))
+    return _exported(_REGISTRY[name]).from_config(dict(config or {}))

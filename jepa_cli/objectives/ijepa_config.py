@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
@@ -91,40 +91,57 @@ class IJEPAConfig(ModelConfig):
     def norm_std(self) -> tuple[float, ...]:
         return self.std if self.std is not None else default_norm(self.channels)[1]
 
+    owner: ClassVar[str] = "ijepa"
+
+    @classmethod
+    def mask_fields(cls) -> set[str]:
+        """The MultiBlockConfig fields a recipe may set (the grid comes from the model)."""
+        from jepa_cli.masks.config import MultiBlockConfig
+
+        return {f.name for f in dataclasses.fields(MultiBlockConfig)} - {"grid"}
+
     @classmethod
     def from_dict(cls, config: dict) -> "IJEPAConfig":
-        """Flat options; keys that are MultiBlockConfig fields go to the masks; a "mask" key may
-        also hold a dict of mask options. Any other unknown key is an InputError naming it."""
-        from jepa_cli.masks import MultiBlockConfig
-
-        own = {f.name for f in dataclasses.fields(cls)}
-        mask_fields = {f.name for f in dataclasses.fields(MultiBlockConfig)} - {"grid"}
-        kwargs: dict[str, Any] = {}
-        masks = dict(config.get("mask") or {})
-        masks.update(dict(config.get("mask_options") or ()))
-        for k, v in config.items():
-            if k in ("mask", "mask_options"):
-                continue
-            if k in own:
-                kwargs[k] = v
-            elif k in mask_fields:
-                masks[k] = v
-            else:
-                raise InputError(f"unknown ijepa option {k!r}")
-        for k in masks:
-            if k not in mask_fields:
-                raise InputError(f"unknown ijepa mask option {k!r}")
-        kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
-        return cls(**kwargs)
+        return cls(**split_mask_options(cls, config))
 
     def to_dict(self) -> dict:
-        out = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name == "mask_options":
-                v = {k: _listify(x) for k, x in v}
-            out[f.name] = _listify(v)
-        return out
+        return options_dict(self)
+
+
+def split_mask_options(cls, config: dict) -> dict[str, Any]:
+    """Keyword arguments for the objective config `cls` from flat options: keys that are
+    `cls.mask_fields()` go to mask_options (a "mask" key may also hold a dict of them). Any other
+    unknown key is an InputError naming it and the objective (`cls.owner`)."""
+    own = {f.name for f in dataclasses.fields(cls)}
+    mask_fields = cls.mask_fields()
+    kwargs: dict[str, Any] = {}
+    masks = dict(config.get("mask") or {})
+    masks.update(dict(config.get("mask_options") or ()))
+    for k, v in config.items():
+        if k in ("mask", "mask_options"):
+            continue
+        if k in own:
+            kwargs[k] = v
+        elif k in mask_fields:
+            masks[k] = v
+        else:
+            raise InputError(f"unknown {cls.owner} option {k!r}")
+    for k in masks:
+        if k not in mask_fields:
+            raise InputError(f"unknown {cls.owner} mask option {k!r}")
+    kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
+    return kwargs
+
+
+def options_dict(config) -> dict[str, Any]:
+    """An objective config as run.json and TOML hold it: tuples as lists, mask_options as a table."""
+    out = {}
+    for f in dataclasses.fields(config):
+        v = getattr(config, f.name)
+        if f.name == "mask_options":
+            v = {k: _listify(x) for k, x in v}
+        out[f.name] = _listify(v)
+    return out
 
 
 def _listify(v):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,7 @@ from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
-from jepa_cli.objectives.ijepa_config import _listify, _tuplify, default_norm
+from jepa_cli.objectives.ijepa_config import _tuplify, default_norm, options_dict, split_mask_options
 
 # multiblock3d options the objective sets itself from the model (the token grid)
 _FROM_MODEL = {"grid", "frames"}
@@ -91,40 +91,21 @@ class VJEPAConfig(VideoModelConfig):
     def norm_std(self) -> tuple[float, ...]:
         return self.std if self.std is not None else default_norm(self.channels)[1]
 
+    owner: ClassVar[str] = "vjepa"
+
+    @classmethod
+    def mask_fields(cls) -> set[str]:
+        """The MultiBlock3DConfig fields a recipe may set (the token grid comes from the model)."""
+        from jepa_cli.masks.config import MultiBlock3DConfig
+
+        return {f.name for f in dataclasses.fields(MultiBlock3DConfig)} - _FROM_MODEL
+
     @classmethod
     def from_dict(cls, config: dict) -> "VJEPAConfig":
-        """Flat options; MultiBlock3DConfig fields go to the masks (a "mask" dict may hold them too);
-        any other unknown key is an InputError naming it."""
-        from jepa_cli.masks import MultiBlock3DConfig
-
-        own = {f.name for f in dataclasses.fields(cls)}
-        mask_fields = {f.name for f in dataclasses.fields(MultiBlock3DConfig)} - _FROM_MODEL
-        kwargs: dict[str, Any] = {}
-        masks = dict(config.get("mask") or {})
-        masks.update(dict(config.get("mask_options") or ()))
-        for k, v in config.items():
-            if k in ("mask", "mask_options"):
-                continue
-            if k in own:
-                kwargs[k] = v
-            elif k in mask_fields:
-                masks[k] = v
-            else:
-                raise InputError(f"unknown vjepa option {k!r}")
-        for k in masks:
-            if k not in mask_fields:
-                raise InputError(f"unknown vjepa mask option {k!r}")
-        kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
-        return cls(**kwargs)
+        return cls(**split_mask_options(cls, config))
 
     def to_dict(self) -> dict:
-        out = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name == "mask_options":
-                v = {k: _listify(x) for k, x in v}
-            out[f.name] = _listify(v)
-        return out
+        return options_dict(self)
 
 
 def l1_pair_loss(pred, target, valid, p: float = 1.0):
