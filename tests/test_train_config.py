@@ -180,11 +180,11 @@ def test_every_option_field_has_a_help_sentence():
     import dataclasses
 
     from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
-    from jepa_cli.models.config import VideoModelConfig
     from jepa_cli.objectives.genconfig import GenerativeConfig
     from jepa_cli.objectives.ijepa_config import IJEPAConfig
+    from jepa_cli.objectives.vjepa import VJEPAConfig
 
-    for cls in (IJEPAConfig, VideoModelConfig, MultiBlockConfig, MultiBlock3DConfig, RandomConfig, GenerativeConfig):
+    for cls in (IJEPAConfig, VJEPAConfig, MultiBlockConfig, MultiBlock3DConfig, RandomConfig, GenerativeConfig):
         for field in dataclasses.fields(cls):
             if field.name == "mask_options":  # the masks' own fields, held as pairs
                 continue

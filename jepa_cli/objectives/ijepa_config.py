@@ -26,8 +26,81 @@ def _tuplify(v):
     return v
 
 
+class EncoderPredictorOptions:
+    """What the JEPA objectives' configs share (I-JEPA's here, V-JEPA's in objectives/vjepa.py): the
+    mask options held as sorted (name, value) pairs, the recipe form (from_dict / to_dict), the input
+    normalisation and the checks of the EMA range, its length and the statistics. A subclass names
+    its objective (`owner`) and the mask fields a recipe may set (`mask_fields`)."""
+
+    owner: ClassVar[str]
+
+    @classmethod
+    def mask_fields(cls) -> set[str]:
+        raise NotImplementedError
+
+    def _normalise_and_check(self) -> None:
+        """Tuples for lists (TOML has none), mask_options as sorted pairs, field types, then the
+        shared ranges; call first in __post_init__."""
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
+        if isinstance(self.mask_options, dict):
+            object.__setattr__(self, "mask_options", tuple(sorted(self.mask_options.items())))
+        object.__setattr__(self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options))
+        check_field_types(self, self.owner)  # before any check below compares or measures a value
+        if len(self.ema) != 2 or not all(0.0 <= m <= 1.0 for m in self.ema):
+            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
+        if self.total_updates is not None and self.total_updates < 0:
+            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
+        for name in ("mean", "std"):
+            v = getattr(self, name)
+            if v is not None and len(v) not in (1, self.channels):
+                raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
+
+    @property
+    def norm_mean(self) -> tuple[float, ...]:
+        return self.mean if self.mean is not None else default_norm(self.channels)[0]
+
+    @property
+    def norm_std(self) -> tuple[float, ...]:
+        return self.std if self.std is not None else default_norm(self.channels)[1]
+
+    @classmethod
+    def from_dict(cls, config: dict):
+        """Flat options; keys that are `mask_fields()` go to mask_options (a "mask" key may also hold
+        a dict of them). Any other unknown key is an InputError naming it and the objective."""
+        own = {f.name for f in dataclasses.fields(cls)}
+        mask_fields = cls.mask_fields()
+        kwargs: dict[str, Any] = {}
+        masks = dict(config.get("mask") or {})
+        masks.update(dict(config.get("mask_options") or ()))
+        for k, v in config.items():
+            if k in ("mask", "mask_options"):
+                continue
+            if k in own:
+                kwargs[k] = v
+            elif k in mask_fields:
+                masks[k] = v
+            else:
+                raise InputError(f"unknown {cls.owner} option {k!r}")
+        for k in masks:
+            if k not in mask_fields:
+                raise InputError(f"unknown {cls.owner} mask option {k!r}")
+        kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As run.json and TOML hold it: tuples as lists, mask_options as a table."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "mask_options":
+                v = {k: _listify(x) for k, x in v}
+            out[f.name] = _listify(v)
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
-class IJEPAConfig(ModelConfig):
+class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     """The model's fields (inherited from ModelConfig, flat so that TOML keys stay flat), the masks
     and the objective's own options."""
 
@@ -51,26 +124,11 @@ class IJEPAConfig(ModelConfig):
                                                  "image_size x this, then centre-crop; 1.0 keeps the whole image.")
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
-        if isinstance(self.mask_options, dict):
-            object.__setattr__(self, "mask_options", tuple(sorted(self.mask_options.items())))
-        object.__setattr__(
-            self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options)
-        )
-        check_field_types(self, "ijepa")  # before any check below compares or measures a value
+        self._normalise_and_check()
         if self.loss not in LOSSES:
             raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
-        if len(self.ema) != 2 or not 0.0 <= self.ema[0] <= 1.0 or not 0.0 <= self.ema[1] <= 1.0:
-            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
         if not self.eval_resize_ratio >= 1.0:
             raise InputError(f"eval_resize_ratio must be >= 1 (1: no border cropped), got {self.eval_resize_ratio!r}")
-        if self.total_updates is not None and self.total_updates < 0:
-            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
-        for name in ("mean", "std"):
-            v = getattr(self, name)
-            if v is not None and len(v) not in (1, self.channels):
-                raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
         super().__post_init__()  # validates the model fields
 
     @property
@@ -83,14 +141,6 @@ class IJEPAConfig(ModelConfig):
 
         return MultiBlockConfig(grid=self.model_config.grid, **dict(self.mask_options))
 
-    @property
-    def norm_mean(self) -> tuple[float, ...]:
-        return self.mean if self.mean is not None else default_norm(self.channels)[0]
-
-    @property
-    def norm_std(self) -> tuple[float, ...]:
-        return self.std if self.std is not None else default_norm(self.channels)[1]
-
     owner: ClassVar[str] = "ijepa"
 
     @classmethod
@@ -99,49 +149,6 @@ class IJEPAConfig(ModelConfig):
         from jepa_cli.masks.config import MultiBlockConfig
 
         return {f.name for f in dataclasses.fields(MultiBlockConfig)} - {"grid"}
-
-    @classmethod
-    def from_dict(cls, config: dict) -> "IJEPAConfig":
-        return cls(**split_mask_options(cls, config))
-
-    def to_dict(self) -> dict:
-        return options_dict(self)
-
-
-def split_mask_options(cls, config: dict) -> dict[str, Any]:
-    """Keyword arguments for the objective config `cls` from flat options: keys that are
-    `cls.mask_fields()` go to mask_options (a "mask" key may also hold a dict of them). Any other
-    unknown key is an InputError naming it and the objective (`cls.owner`)."""
-    own = {f.name for f in dataclasses.fields(cls)}
-    mask_fields = cls.mask_fields()
-    kwargs: dict[str, Any] = {}
-    masks = dict(config.get("mask") or {})
-    masks.update(dict(config.get("mask_options") or ()))
-    for k, v in config.items():
-        if k in ("mask", "mask_options"):
-            continue
-        if k in own:
-            kwargs[k] = v
-        elif k in mask_fields:
-            masks[k] = v
-        else:
-            raise InputError(f"unknown {cls.owner} option {k!r}")
-    for k in masks:
-        if k not in mask_fields:
-            raise InputError(f"unknown {cls.owner} mask option {k!r}")
-    kwargs["mask_options"] = tuple(sorted((k, _tuplify(v)) for k, v in masks.items()))
-    return kwargs
-
-
-def options_dict(config) -> dict[str, Any]:
-    """An objective config as run.json and TOML hold it: tuples as lists, mask_options as a table."""
-    out = {}
-    for f in dataclasses.fields(config):
-        v = getattr(config, f.name)
-        if f.name == "mask_options":
-            v = {k: _listify(x) for k, x in v}
-        out[f.name] = _listify(v)
-    return out
 
 
 def _listify(v):

@@ -21,54 +21,47 @@ import numpy as np
 
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
-from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.config import VideoModelConfig
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
-from jepa_cli.objectives.ijepa_config import _tuplify, default_norm, options_dict, split_mask_options
+from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions
+from jepa_cli.options import option
 
 # multiblock3d options the objective sets itself from the model (the token grid)
 _FROM_MODEL = {"grid", "frames"}
 
 
 @dataclasses.dataclass(frozen=True)
-class VJEPAConfig(VideoModelConfig):
+class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     """The video model's fields (flat, as TOML keys), the mask options and the objective's own."""
 
-    pred_depth: int = 12  # vitl16.yaml model.pred_depth
-    pred_width: int = 384  # vitl16.yaml model.pred_embed_dim
+    pred_depth: int = option(12, "Predictor depth (blocks).", flag=True)  # vitl16.yaml model.pred_depth
+    pred_width: int = option(384, "Predictor width.", flag=True)  # vitl16.yaml model.pred_embed_dim
     # masks: overrides of jepa_cli.masks.MultiBlock3DConfig fields (its defaults are vitl16.yaml's)
     mask_options: tuple[tuple[str, Any], ...] = ()
     # objective
-    loss_exp: float = 1.0  # vitl16.yaml loss.loss_exp: L1
-    ema: tuple[float, float] = (0.998, 1.0)  # vitl16.yaml optimization.ema
-    total_updates: float | None = None  # EMA ramp length steps x ipe_scale, unrounded (the trainer)
-    mean: tuple[float, ...] | None = None  # None: ImageNet for 3 channels, 0.5 otherwise
-    std: tuple[float, ...] | None = None
-    crop_scale: tuple[float, float] = (0.3, 1.0)  # vitl16.yaml data_aug.random_resize_scale
-    crop_ratio: tuple[float, float] = (0.75, 1.35)  # vitl16.yaml data_aug.random_resize_aspect_ratio
-    hflip: bool = True  # app/vjepa/transforms.py: random_horizontal_flip (True in make_transforms)
+    loss_exp: float = option(1.0, "Loss exponent p of mean(|z - h|^p) / p (1: L1).")  # vitl16.yaml loss.loss_exp
+    ema: tuple[float, float] = option((0.998, 1.0), "Target-encoder EMA momentum ramp START,END over the "
+                                                    "run.")  # vitl16.yaml optimization.ema
+    total_updates: float | None = option(None, "EMA ramp length in updates, steps x ipe_scale unrounded "
+                                               "(default: set by the trainer).")
+    mean: tuple[float, ...] | None = option(None, "Per-channel normalisation mean (default: ImageNet's for 3 "
+                                                  "channels, 0.5 otherwise).")
+    std: tuple[float, ...] | None = option(None, "Per-channel normalisation std (default: ImageNet's for 3 "
+                                                 "channels, 0.5 otherwise).")
+    # vitl16.yaml data_aug.random_resize_scale, random_resize_aspect_ratio
+    crop_scale: tuple[float, float] = option((0.3, 1.0), "Random resized crop: area scale LO,HI.")
+    crop_ratio: tuple[float, float] = option((0.75, 1.35), "Random resized crop: aspect ratio LO,HI.")
+    # app/vjepa/transforms.py: random_horizontal_flip (True in make_transforms)
+    hflip: bool = option(True, "Random horizontal flip of each clip.")
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
-        if isinstance(self.mask_options, dict):
-            object.__setattr__(self, "mask_options", tuple(sorted(self.mask_options.items())))
-        object.__setattr__(self, "mask_options", tuple((k, _tuplify(v)) for k, v in self.mask_options))
-        check_field_types(self, "vjepa")
+        self._normalise_and_check()
         if not self.loss_exp > 0:
             raise InputError(f"loss_exp must be > 0, got {self.loss_exp}")
-        if len(self.ema) != 2 or not all(0.0 <= m <= 1.0 for m in self.ema):
-            raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
-        if self.total_updates is not None and self.total_updates < 0:
-            raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
-        for name in ("mean", "std"):
-            v = getattr(self, name)
-            if v is not None and len(v) not in (1, self.channels):
-                raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
         super().__post_init__()  # the model fields, tubelet against frames
         self.mask_config  # noqa: B018 - validates the mask options against the token grid
 
@@ -83,14 +76,6 @@ class VJEPAConfig(VideoModelConfig):
         frames, rows, cols = self.grid3d
         return config_from_options("multiblock3d", grid=(rows, cols), frames=frames, **dict(self.mask_options))
 
-    @property
-    def norm_mean(self) -> tuple[float, ...]:
-        return self.mean if self.mean is not None else default_norm(self.channels)[0]
-
-    @property
-    def norm_std(self) -> tuple[float, ...]:
-        return self.std if self.std is not None else default_norm(self.channels)[1]
-
     owner: ClassVar[str] = "vjepa"
 
     @classmethod
@@ -99,13 +84,6 @@ class VJEPAConfig(VideoModelConfig):
         from jepa_cli.masks.config import MultiBlock3DConfig
 
         return {f.name for f in dataclasses.fields(MultiBlock3DConfig)} - _FROM_MODEL
-
-    @classmethod
-    def from_dict(cls, config: dict) -> "VJEPAConfig":
-        return cls(**split_mask_options(cls, config))
-
-    def to_dict(self) -> dict:
-        return options_dict(self)
 
 
 def l1_pair_loss(pred, target, valid, p: float = 1.0):
