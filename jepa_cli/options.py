@@ -114,6 +114,8 @@ def parse(flag: Flag, text: str, source: str) -> Any:
             return [low, high]
         if flag.kind == "size":
             parts = [int(p) for p in words.lower().split("x")]
+            if min(parts) <= 0:
+                raise ValueError
             if len(parts) == 1 or (len(parts) == 2 and parts[0] == parts[1]):
                 return parts[0]
             if len(parts) == 2:
@@ -121,7 +123,7 @@ def parse(flag: Flag, text: str, source: str) -> Any:
             raise ValueError
     except (ValueError, KeyError):
         expected = {"bool": "true or false", "int": "an integer", "float": "a number",
-                    "range": "LO,HI such as 0.15,0.2", "size": "S or HxW such as 224 or 224x320"}[flag.kind]
+                    "range": "LO,HI such as 0.15,0.2", "size": "positive S or HxW such as 224 or 224x320"}[flag.kind]
         raise InputError(f"{source}: expected {expected}, got {text!r}") from None
     if flag.choices and words not in flag.choices:
         raise InputError(f"{source}: expected one of {', '.join(flag.choices)}, got {text!r}")

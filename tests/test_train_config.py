@@ -211,3 +211,19 @@ def test_a_size_option_takes_s_or_hxw_and_names_itself_when_wrong(run_cli, digit
     assert tomllib.loads(run_cli(*base, "--image-size", "12x12").stdout)["ijepa"]["image_size"] == 12
     assert_user_error(run_cli(*base, "--image-size", "12by12"),
                       "Invalid value for '--image-size': expected S or HxW such as 224 or 224x320, got '12by12'")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--image-size", "0"], "--image-size': expected positive S or HxW such as 224 or 224x320, got '0'"),
+    (["--image-size", "16x0"], "got '16x0'"),
+    (["--pred-width", "0"], "pred_width must be positive, got 0"),
+    (["--config", "{recipe}"], "depth must be positive, got -2"),
+], ids=["zero-size", "zero-width-size", "zero-predictor-width", "negative-depth-in-a-recipe"])
+def test_a_non_positive_model_size_is_one_line_and_writes_nothing(run_cli, digits, tmp_path, args, message):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[ijepa]\ndepth = -2\n")
+    run = tmp_path / "run"
+    r = run_cli("train", "--data", digits, "-o", run, "--steps", "1", "--patch-size", "2",
+                *[a.format(recipe=recipe) for a in args])
+    assert_user_error(r, message)
+    assert not run.exists()

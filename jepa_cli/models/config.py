@@ -89,6 +89,13 @@ class ModelConfig:
         if isinstance(self.image_size, list):
             object.__setattr__(self, "image_size", tuple(self.image_size))
         h, w = _pair(self.image_size)
+        if h <= 0 or w <= 0:
+            raise InputError(f"image size {h}x{w} must be positive")
+        for name in ("width", "depth", "heads", "pred_heads", "mlp_ratio"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.pred_width <= 0:
+            raise InputError(f"pred_width must be positive, got {self.pred_width}")
         p = self.patch_size
         if p <= 0 or h % p or w % p:
             raise InputError(f"image size {h}x{w} is not divisible by the patch size {p}")
