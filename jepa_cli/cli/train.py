@@ -6,10 +6,10 @@ import time
 
 import click
 
+from jepa_cli import options
 from jepa_cli.cli.common import emit, output_options
 from jepa_cli.cli.complete import complete_datasets, complete_recipes, complete_runs
 from jepa_cli.errors import InputError, JepaError
-from jepa_cli import options
 from jepa_cli.masks.config import MultiBlockConfig
 from jepa_cli.objectives.genconfig import GenerativeConfig
 from jepa_cli.objectives.ijepa_config import IJEPAConfig
