@@ -210,7 +210,7 @@ def test_a_size_option_takes_s_or_hxw_and_names_itself_when_wrong(run_cli, digit
     assert tomllib.loads(run_cli(*base, "--image-size", "8x12").stdout)["ijepa"]["image_size"] == [8, 12]
     assert tomllib.loads(run_cli(*base, "--image-size", "12x12").stdout)["ijepa"]["image_size"] == 12
     assert_user_error(run_cli(*base, "--image-size", "12by12"),
-                      "Invalid value for '--image-size': expected S or HxW such as 224 or 224x320, got '12by12'")
+                      "Invalid value for '--image-size': expected positive S or HxW such as 224 or 224x320, got '12by12'")
 
 
 @pytest.mark.parametrize("args, message", [
