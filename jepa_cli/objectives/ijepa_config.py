@@ -30,13 +30,19 @@ class EncoderPredictorOptions:
     """What the JEPA objectives' configs share (I-JEPA's here, V-JEPA's in objectives/vjepa.py): the
     mask options held as sorted (name, value) pairs, the recipe form (from_dict / to_dict), the input
     normalisation and the checks of the EMA range, its length and the statistics. A subclass names
-    its objective (`owner`) and the mask fields a recipe may set (`mask_fields`)."""
+    its objective (`owner`), its mask strategy (`mask_strategy`, a masks/config.py CONFIGS key) and the
+    mask fields its model supplies (`mask_fields_from_model`)."""
 
     owner: ClassVar[str]
+    mask_strategy: ClassVar[str]
+    mask_fields_from_model: ClassVar[frozenset[str]]
 
     @classmethod
     def mask_fields(cls) -> set[str]:
-        raise NotImplementedError
+        """The fields of the strategy's mask config that a recipe may set."""
+        from jepa_cli.masks.config import CONFIGS
+
+        return {f.name for f in dataclasses.fields(CONFIGS[cls.mask_strategy])} - cls.mask_fields_from_model
 
     def _normalise_and_check(self) -> None:
         """Tuples for lists (TOML has none), mask_options as sorted pairs, field types, then the
@@ -142,13 +148,8 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
         return MultiBlockConfig(grid=self.model_config.grid, **dict(self.mask_options))
 
     owner: ClassVar[str] = "ijepa"
-
-    @classmethod
-    def mask_fields(cls) -> set[str]:
-        """The MultiBlockConfig fields a recipe may set (the grid comes from the model)."""
-        from jepa_cli.masks.config import MultiBlockConfig
-
-        return {f.name for f in dataclasses.fields(MultiBlockConfig)} - {"grid"}
+    mask_strategy: ClassVar[str] = "multiblock"
+    mask_fields_from_model: ClassVar[frozenset[str]] = frozenset({"grid"})
 
 
 def _listify(v):

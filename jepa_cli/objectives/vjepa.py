@@ -30,10 +30,6 @@ from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
 from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions
 from jepa_cli.options import option
 
-# multiblock3d options the objective sets itself from the model (the token grid)
-_FROM_MODEL = {"grid", "frames"}
-
-
 @dataclasses.dataclass(frozen=True)
 class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     """The video model's fields (flat, as TOML keys), the mask options and the objective's own."""
@@ -77,13 +73,8 @@ class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
         return config_from_options("multiblock3d", grid=(rows, cols), frames=frames, **dict(self.mask_options))
 
     owner: ClassVar[str] = "vjepa"
-
-    @classmethod
-    def mask_fields(cls) -> set[str]:
-        """The MultiBlock3DConfig fields a recipe may set (the token grid comes from the model)."""
-        from jepa_cli.masks.config import MultiBlock3DConfig
-
-        return {f.name for f in dataclasses.fields(MultiBlock3DConfig)} - _FROM_MODEL
+    mask_strategy: ClassVar[str] = "multiblock3d"
+    mask_fields_from_model: ClassVar[frozenset[str]] = frozenset({"grid", "frames"})  # the token grid
 
 
 def l1_pair_loss(pred, target, valid, p: float = 1.0):
