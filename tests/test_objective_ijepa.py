@@ -11,7 +11,8 @@ from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import EMASpec, IJEPAConfig, IJEPAObjective, Objective, make_objective
 from jepa_cli.objectives.ijepa import layer_norm_no_affine, masked_token_loss
-from jepa_cli.objectives.telemetry import effective_rank, repr_cov_offdiag, repr_std
+from jepa_cli.objectives.telemetry import (covariance_penalty, effective_rank, repr_cov_offdiag, repr_std,
+                                          variance_hinge)
 
 # 32x32 images, patch 4 -> an 8x8 grid (room for the official multiblock masks)
 TINY = dict(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=32,
@@ -120,6 +121,39 @@ def test_telemetry_constant_is_zero_and_hand_values():
     assert float(repr_cov_offdiag(z)) == pytest.approx(0.0, abs=1e-7)  # uncorrelated features
     corr = jnp.array([[1.0, 1.0], [-1.0, -1.0]])  # C = [[2, 2], [2, 2]]
     assert float(repr_cov_offdiag(corr)) == pytest.approx(2.0)
+
+
+def test_variance_hinge_and_covariance_penalty_hand_values():
+    # column 0: var (ddof 1) 2, std sqrt(2.0001) > 1 -> 0; column 1: constant, std 0.01 -> 0.99
+    z = jnp.array([[0.0, 5.0], [2.0, 5.0]])
+    assert float(variance_hinge(z)) == pytest.approx(0.99 / 2, rel=1e-6)
+    assert float(variance_hinge(z, target=2.0)) == pytest.approx((2.0 - np.sqrt(2.0001) + 1.99) / 2, rel=1e-6)
+    corr = jnp.array([[1.0, 1.0], [-1.0, -1.0]])  # C = [[2, 2], [2, 2]]: (2^2 + 2^2) / D = 4
+    assert float(covariance_penalty(corr)) == pytest.approx(4.0)
+
+
+def test_official_loss_has_no_regulariser_terms(grad_fn, setup):
+    (value, aux), _ = grad_fn(setup[1], setup[1]["encoder"])
+    assert not {"var_loss", "cov_loss", "pred_loss"} & set(aux)
+
+
+def test_var_and_cov_weights_add_their_terms_to_the_prediction_loss(setup, grad_fn):
+    obj, params, images = setup
+    (official, _), _ = grad_fn(params, params["encoder"])
+    reg = IJEPAObjective(IJEPAConfig(**TINY, var_weight=0.5, cov_weight=0.25, var_target=2.0))
+    reg.sample_masks = hand_masks
+    value, aux = jax.jit(lambda p: reg.loss(p, p["encoder"], {"image": images}, jax.random.key(2),
+                                            jnp.int32(3)))(params)
+    assert float(aux["pred_loss"]) == pytest.approx(float(official), rel=1e-6)
+    assert float(aux["var_loss"]) > 1.0  # pooled features of a random encoder: std far below 2
+    expected = float(official) + 0.5 * float(aux["var_loss"]) + 0.25 * float(aux["cov_loss"])
+    assert float(value) == pytest.approx(expected, rel=1e-6) and float(aux["loss"]) == float(value)
+
+
+@pytest.mark.parametrize("name", ["var_weight", "cov_weight", "var_target"])
+def test_negative_regulariser_option_is_refused_with_its_name(name):
+    with pytest.raises(InputError, match=f"{name} must be >= 0"):
+        IJEPAConfig(**TINY, **{name: -1.0})
 
 
 def test_collapsed_encoder_gives_zero_repr_std_and_target_std_and_rank_one(setup, grad_fn):

@@ -125,6 +125,16 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
                                                  "channels, 0.5 otherwise).")
     crop_scale: tuple[float, float] = option((0.3, 1.0), "Random resized crop: area scale LO,HI.")
     crop_ratio: tuple[float, float] = option((3 / 4, 4 / 3), "Random resized crop: aspect ratio LO,HI.")
+    # anti-collapse terms (not in the official recipe; 0 = off): VICReg's variance and covariance terms
+    # (Bardes et al. 2022, eq. 1 and 3) on the context encoder's mean-pooled features, as C-JEPA adds
+    # them to I-JEPA (Mo & Tong 2024)
+    var_weight: float = option(0.0, "Weight of the variance term: mean over channels of relu(var_target - "
+                                    "std), the batch std of the context encoder's mean-pooled features "
+                                    "(VICReg); 0: official I-JEPA.", flag=True)
+    var_target: float = option(1.0, "Target std of the variance term (VICReg's gamma).", flag=True)
+    cov_weight: float = option(0.0, "Weight of the covariance term: the squared off-diagonal entries of "
+                                    "the pooled features' batch covariance, summed, over the width "
+                                    "(VICReg); 0: off.", flag=True)
     # 256/224 is the usual Resize(256) + CenterCrop(224)
     eval_resize_ratio: float = option(256 / 224, "Evaluation (encode-latents): resize the short side to "
                                                  "image_size x this, then centre-crop; 1.0 keeps the whole image.")
@@ -133,6 +143,9 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
         self._normalise_and_check()
         if self.loss not in LOSSES:
             raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
+        for name in ("var_weight", "var_target", "cov_weight"):
+            if not getattr(self, name) >= 0.0:
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.eval_resize_ratio >= 1.0:
             raise InputError(f"eval_resize_ratio must be >= 1 (1: no border cropped), got {self.eval_resize_ratio!r}")
         super().__post_init__()  # validates the model fields

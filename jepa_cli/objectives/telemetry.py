@@ -12,14 +12,32 @@ def repr_std(z):
     return jnp.mean(jnp.std(z, axis=0))
 
 
+def _offdiag_square_sum(z):
+    """The sum of the squared off-diagonal entries of C = zc^T zc / (B - 1), zc = z [B, D] centred."""
+    z = jnp.asarray(z, jnp.float32)
+    zc = z - jnp.mean(z, axis=0, keepdims=True)
+    cov = zc.T @ zc / max(z.shape[0] - 1, 1)
+    return jnp.sum(cov**2) - jnp.sum(jnp.diagonal(cov) ** 2)
+
+
 def repr_cov_offdiag(z):
     """sqrt(sum of squared off-diagonal entries of C / (D (D - 1))), C = zc^T zc / (B - 1)."""
+    d = z.shape[1]
+    return jnp.sqrt(jnp.maximum(_offdiag_square_sum(z), 0.0) / max(d * (d - 1), 1))
+
+
+def variance_hinge(z, target: float = 1.0, eps: float = 1e-4):
+    """VICReg's variance term (Bardes et al. 2022, eq. 1): mean over features of
+    relu(target - sqrt(var + eps)), var the batch variance (ddof 1) of z [B, D]."""
     z = jnp.asarray(z, jnp.float32)
-    b, d = z.shape
-    zc = z - jnp.mean(z, axis=0, keepdims=True)
-    cov = zc.T @ zc / max(b - 1, 1)
-    off = jnp.sum(cov**2) - jnp.sum(jnp.diagonal(cov) ** 2)
-    return jnp.sqrt(jnp.maximum(off, 0.0) / max(d * (d - 1), 1))
+    std = jnp.sqrt(jnp.var(z, axis=0, ddof=1) + eps)
+    return jnp.mean(jax.nn.relu(target - std))
+
+
+def covariance_penalty(z):
+    """VICReg's covariance term (Bardes et al. 2022, eq. 3): the sum of the squared off-diagonal
+    entries of the batch covariance C = zc^T zc / (B - 1) of z [B, D], over D."""
+    return _offdiag_square_sum(z) / z.shape[1]
 
 
 def effective_rank(z):
