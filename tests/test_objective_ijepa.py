@@ -1,5 +1,6 @@
 """The I-JEPA objective behind the Objective seam (tiny configurations only)."""
 
+import re
 from types import SimpleNamespace
 
 import jax
@@ -150,10 +151,13 @@ def test_var_and_cov_weights_add_their_terms_to_the_prediction_loss(setup, grad_
     assert float(value) == pytest.approx(expected, rel=1e-6) and float(aux["loss"]) == float(value)
 
 
+@pytest.mark.parametrize("value, message", [(-1.0, "{} must be >= 0, got -1.0"),
+                                            (float("inf"), "ijepa option {} must be a number, got inf"),
+                                            (float("nan"), "ijepa option {} must be a number, got nan")])
 @pytest.mark.parametrize("name", ["var_weight", "cov_weight", "var_target"])
-def test_negative_regulariser_option_is_refused_with_its_name(name):
-    with pytest.raises(InputError, match=f"{name} must be >= 0"):
-        IJEPAConfig(**TINY, **{name: -1.0})
+def test_negative_or_non_finite_regulariser_option_is_refused_with_its_name(name, value, message):
+    with pytest.raises(InputError, match=re.escape(message.format(name))):
+        IJEPAConfig(**TINY, **{name: value})
 
 
 def test_collapsed_encoder_gives_zero_repr_std_and_target_std_and_rank_one(setup, grad_fn):

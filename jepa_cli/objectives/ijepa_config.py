@@ -144,7 +144,7 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
         if self.loss not in LOSSES:
             raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
         for name in ("var_weight", "var_target", "cov_weight"):
-            if not getattr(self, name) >= 0.0:
+            if getattr(self, name) < 0.0:  # non-finite values are refused by check_field_types
                 raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.eval_resize_ratio >= 1.0:
             raise InputError(f"eval_resize_ratio must be >= 1 (1: no border cropped), got {self.eval_resize_ratio!r}")
