@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmark, unattended (under 8 minutes on one H100-class GPU):
+# The GPU benchmark, unattended (about 8-9 minutes on one H200, from its parts timed there):
 #   I-JEPA ViT-B/16 and ViT-L/16 at 224 px (predictor 12 x 384, in1k_vith14's masks), each in bfloat16
 #   at the largest batch that fits and in float32 at that batch, then the official PyTorch step
 #   (facebookresearch/ijepa at 52c1ae95) at the same size and batch where torch with CUDA and a
@@ -11,13 +11,16 @@
 #   TINY=1 bash benchmarks/gpu.sh t.md                # a 2-block, 48-wide ViT at 32 px, 2 steps: a CPU smoke test
 #
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
-# others; its error goes into the table). Environment: PYTHON (default .venv/bin/python),
-# STEPS (default 10), MODELS (default "base large").
+# others; its error goes into the table, its whole output into TABLE.log). The official step halves its
+# batch on out-of-memory (at most twice); the table gives the batch it ran at. Environment: PYTHON
+# (default .venv/bin/python), STEPS (default 10), MODELS (default "base large").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TABLE=${1:-gpu-bench.md}
 PYTHON=${PYTHON:-.venv/bin/python}
+LOG=$TABLE.log  # every row's whole output, for the rows that fail
 ROWS=$(mktemp)
+: > "$LOG"
 trap 'rm -f "$ROWS"' EXIT
 
 if [[ -n "${TINY:-}" ]]; then
@@ -29,15 +32,20 @@ else
   STEPS=${STEPS:-10}; BATCH=auto; PROBE=(--probe-batch 16)
 fi
 
+flush() {  # the table so far, so that a run stopped part-way keeps the rows it finished
+  "$PYTHON" benchmarks/gpu_table.py "$ROWS" > "$TABLE.tmp" && mv "$TABLE.tmp" "$TABLE"
+}
+
 row() {  # row LABEL ARGS...: one JSON line into $ROWS, or an error line
   local label=$1; shift
   local out
-  if out=$("$PYTHON" benchmarks/gpu_step.py --json "$@" 2>&1 | tail -n 1) && [[ $out == \{* ]]; then
+  if out=$("$PYTHON" benchmarks/gpu_step.py --json "$@" 2>&1 | tee -a "$LOG" | tail -n 1) && [[ $out == \{* ]]; then
     echo "$out" >> "$ROWS"
   else
     "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' \
       "$label" "$out" >> "$ROWS"
   fi
+  flush
 }
 
 for model in $MODELS; do
@@ -48,17 +56,21 @@ for model in $MODELS; do
   row "$model f32" "${common[@]}" --dtype float32 --batch "$batch"
   if [[ -n "${REFERENCE:-}" ]]; then
     name=vit_$model
-    out=$("$PYTHON" benchmarks/official_ijepa_step.py --reference "$REFERENCE" --device cuda --bf16 \
-          --model "$name" --crop-size "$SIZE" --patch-size "$PATCH" --pred-depth 12 --pred-emb-dim 384 \
-          --min-keep 10 --batch "$batch" --steps "$STEPS" 2>&1 | tail -n 1)
+    official_batch=$batch
+    for _ in 1 2 3; do  # the official step keeps more activations than ours: halve the batch on out-of-memory
+      out=$("$PYTHON" benchmarks/official_ijepa_step.py --reference "$REFERENCE" --device cuda --bf16 \
+            --model "$name" --crop-size "$SIZE" --patch-size "$PATCH" --pred-depth 12 --pred-emb-dim 384 \
+            --min-keep 10 --batch "$official_batch" --steps "$STEPS" 2>&1 | tee -a "$LOG" | tail -n 1)
+      [[ $out != \{* && $out == *"out of memory"* ]] || break
+      official_batch=$((official_batch / 2))
+    done
     if [[ $out == \{* ]]; then
-      echo "$out" | "$PYTHON" -c 'import json,sys; r=json.load(sys.stdin); r["official"]=True; r["batch"]=int(sys.argv[1]); print(json.dumps(r))' "$batch" >> "$ROWS"
+      echo "$out" | "$PYTHON" -c 'import json,sys; r=json.load(sys.stdin); r["official"]=True; r["batch"]=int(sys.argv[1]); print(json.dumps(r))' "$official_batch" >> "$ROWS"
     else
       "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' \
         "official $model bf16" "$out" >> "$ROWS"
     fi
+    flush
   fi
 done
-
-"$PYTHON" benchmarks/gpu_table.py "$ROWS" > "$TABLE.tmp" && mv "$TABLE.tmp" "$TABLE"
 cat "$TABLE"

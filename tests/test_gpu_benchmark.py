@@ -14,6 +14,7 @@ from gpu_table import table  # noqa: E402
 
 def test_peak_flops_reads_the_chip_table_by_device_name():
     assert peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989e12
+    assert peak_flops("NVIDIA H200", "bfloat16") == 989e12  # the device kind JAX reported on a lent H200
     assert peak_flops("NVIDIA H100 PCIe", "bfloat16") == 756e12
     assert peak_flops("NVIDIA A100-SXM4-40GB", "float32") == 156e12
     assert peak_flops("cpu", "bfloat16") is None
@@ -40,3 +41,4 @@ def test_gpu_script_writes_one_row_per_dtype_on_the_cpu(tmp_path):
     assert [row.split("|")[2].strip() for row in rows] == ["bfloat16", "float32"]
     assert all(row.split("|")[3].strip() == "4" for row in rows)  # the probe batch: no memory limit on a CPU
     assert all(float(row.split("|")[4]) > 0 for row in rows)
+    assert (tmp_path / "table.md.log").read_text().count('"images_per_sec"') == 2  # each row's whole output
