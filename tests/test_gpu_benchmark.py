@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -31,14 +33,40 @@ def test_a_failed_configuration_is_a_row_that_says_why():
     assert "| large bf16 | - | - | failed: RESOURCE_EXHAUSTED: out of memory |" in text
 
 
-def test_gpu_script_writes_one_row_per_dtype_on_the_cpu(tmp_path):
-    out = tmp_path / "table.md"
-    env = {**os.environ, "TINY": "1", "STEPS": "1", "PYTHON": sys.executable, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}  # one device
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), str(out)], env=env, capture_output=True,
-                          text=True, timeout=300)
+# A stand-in for torch, on the official step's process boundary (benchmarks/official_ijepa_step.py puts
+# --reference first on sys.path): CUDA runs out of memory above batch 2, and batch 2 prints a row.
+FAKE_TORCH = """import json, sys
+batch = int(sys.argv[sys.argv.index("--batch") + 1])
+if batch > 2:
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+print(json.dumps({"images_per_sec": 10.0 * batch, "step_ms": 100.0, "bf16": True, "model": "vit_tiny"}))
+sys.exit(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
+    (root / "reference" / "torch").mkdir(parents=True)
+    (root / "reference" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    env = {**os.environ, "TINY": "1", "STEPS": "1", "PYTHON": sys.executable, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": "", "REFERENCE": str(root / "reference")}  # one device
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), str(root / "table.md")], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    rows = [line for line in out.read_text().splitlines() if line.startswith("| ours")]
+    return (root / "table.md").read_text(), (root / "table.md.log").read_text()
+
+
+def test_gpu_script_writes_one_row_per_dtype_on_the_cpu(tiny_run):
+    text, log = tiny_run
+    rows = [line for line in text.splitlines() if line.startswith("| ours")]
     assert [row.split("|")[2].strip() for row in rows] == ["bfloat16", "float32"]
     assert all(row.split("|")[3].strip() == "4" for row in rows)  # the probe batch: no memory limit on a CPU
     assert all(float(row.split("|")[4]) > 0 for row in rows)
-    assert (tmp_path / "table.md.log").read_text().count('"images_per_sec"') == 2  # each row's whole output
+    assert log.count('"images_per_sec": ') == 3  # each row's whole output: ours twice, the official once
+
+
+def test_the_official_step_halves_its_batch_on_out_of_memory(tiny_run):
+    text, log = tiny_run
+    assert "| official PyTorch vit_tiny | bf16 autocast | 2 | 20.0 | 100.0 |" in text  # 4 ran out of memory
+    assert log.count("RuntimeError: CUDA out of memory") == 1
