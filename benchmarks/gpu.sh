@@ -18,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 TABLE=${1:-gpu-bench.md}
 PYTHON=${PYTHON:-.venv/bin/python}
-LOG=$TABLE.log  # every row's whole output, for the rows that fail
+LOG=$TABLE.log  # every row's whole output (the table keeps only an error's last line)
 ROWS=$(mktemp)
 : > "$LOG"
 trap 'rm -f "$ROWS"' EXIT
@@ -32,6 +32,10 @@ else
   STEPS=${STEPS:-10}; BATCH=auto; PROBE=(--probe-batch 16)
 fi
 
+error_row() {  # error_row LABEL OUTPUT: a failed row (the last 300 characters of its output) into $ROWS
+  "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' "$1" "$2" >> "$ROWS"
+}
+
 flush() {  # the table so far, so that a run stopped part-way keeps the rows it finished
   "$PYTHON" benchmarks/gpu_table.py "$ROWS" > "$TABLE.tmp" && mv "$TABLE.tmp" "$TABLE"
 }
@@ -42,8 +46,7 @@ row() {  # row LABEL ARGS...: one JSON line into $ROWS, or an error line
   if out=$("$PYTHON" benchmarks/gpu_step.py --json "$@" 2>&1 | tee -a "$LOG" | tail -n 1) && [[ $out == \{* ]]; then
     echo "$out" >> "$ROWS"
   else
-    "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' \
-      "$label" "$out" >> "$ROWS"
+    error_row "$label" "$out"
   fi
   flush
 }
@@ -67,8 +70,7 @@ for model in $MODELS; do
     if [[ $out == \{* ]]; then
       echo "$out" | "$PYTHON" -c 'import json,sys; r=json.load(sys.stdin); r["official"]=True; r["batch"]=int(sys.argv[1]); print(json.dumps(r))' "$official_batch" >> "$ROWS"
     else
-      "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' \
-        "official $model bf16" "$out" >> "$ROWS"
+      error_row "official $model bf16" "$out"
     fi
     flush
   fi
