@@ -127,6 +127,12 @@ class JepaGroup(click.Group):
 
 
 CACHE_MAX_BYTES = 2 << 30  # the persistent XLA cache evicts least-recently-used entries past 2 GiB
+# JAX's default keeps only programs that took over 1 s to compile; a step's small helpers (the mask
+# samplers, the mask-size probe, init: 0.8-1 s each for a tiny model) are worth keeping too. Not the
+# dozens of one-operation programs (20-50 ms each) that eager JAX code compiles: with a size cap, every
+# new entry makes JAX stat and read every entry already there (jax/_src/lru_cache.py, 0.33 s per write
+# at 2,600 entries here), so keeping them all cost more than it saved once the cache filled up.
+CACHE_MIN_COMPILE_SECONDS = 0.05
 
 
 def compilation_cache_dir(env) -> str | None:
@@ -151,9 +157,7 @@ def use_compilation_cache(env) -> None:
         return
     env.setdefault("JAX_COMPILATION_CACHE_DIR", directory)
     env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
-    # JAX keeps only programs that took over 1 s to compile; a step's dozens of small helpers (the mask
-    # samplers, the mask-size probe, init) took about 6 s together at ViT-B, so keep them all
-    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_SECONDS))
 
 
 class _StderrLog(logging.Handler):
