@@ -192,6 +192,19 @@ def test_derived_context_size_covers_the_official_cut():
     assert k < np.asarray(ms.context_valid).sum(-1).max()  # and it is not the no-drop maximum
 
 
+def test_derived_context_size_is_one_compiled_program_and_the_same_inside_a_trace(caplog):
+    config = M.MultiBlockConfig(grid=(10, 10))  # a grid no other test derives K for
+    derive = M.context_slots.__wrapped__  # around the lru_cache
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        outside = derive(config)
+    compiles = [r for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
+    assert len(compiles) == 1, [r.getMessage() for r in compiles]  # op by op it was about 70
+    inside = []
+    jax.jit(lambda x: inside.append(derive(config)) or x)(0)  # K asked while a step is traced
+    assert inside == [outside] == [27]
+    assert M.context_slots(M.MultiBlockConfig(grid=(14, 14))) == 59  # in1k_vith14's grid
+
+
 def test_official_truncation_slots_fit_the_batch_minimum_at_that_batch_size():
     config = M.MultiBlockConfig(grid=(8, 8), official_truncation=True)
     k32, k128 = M.context_slots(config, 32), M.context_slots(config, 128)

@@ -324,11 +324,11 @@ def context_slots(config: MaskConfig, batch_size: int | None = None) -> int:
     if config.official_truncation and batch_size:  # the cut runs over one group: probe at its size
         probe_batch = min(batch_size, config.collator_batch or batch_size)
     probe = dataclasses.replace(config, context_size=upper, official_truncation=True, collator_batch=None)
-    # one jitted program (op by op it is dozens of small compiles, 6 s cold at 14x14 instead of 4 s);
-    # concrete even when K is asked for while a training step is being traced
-    draw = jax.jit(lambda key: sample_many(key, probe, probe_batch, DERIVE_BATCHES).context_valid)
-    with jax.ensure_compile_time_eval():
-        valid = draw(jax.random.PRNGKey(0))
+    # One compiled program, run at once: concrete even when K is asked for while a training step is
+    # being traced. (Under jax.ensure_compile_time_eval a jitted function runs op by op: about 70
+    # one-operation compiles for a tiny model.)
+    draw = jax.jit(lambda: sample_many(jax.random.PRNGKey(0), probe, probe_batch, DERIVE_BATCHES).context_valid)
+    valid = draw.lower().compile()()
     # official cut per batch and context (pair); K must serve the largest pair
     mins = np.asarray(valid).sum(-1).min(axis=1).max(axis=-1)
     quantile = 100 if config.official_truncation else DERIVE_QUANTILE
