@@ -2,22 +2,25 @@
 
 import os
 
+import pytest
+from click.testing import CliRunner
+
+from jepa_cli.cli.main import CACHE_MAX_BYTES, CACHE_MIN_COMPILE_SECONDS  # imports no JAX
+
 # Must be set before JAX initialises its backend (docs/distributed.md): every test sees 8 CPU devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent XLA cache for the whole run (both xdist workers and every `jepa` subprocess), inside
 # the checkout rather than the user's ~/.cache: the many tiny runs of the same configuration then
-# compile once. The CLI sets JAX's variables from JEPA_CACHE_DIR (cli/main.py); this process sets them
-# the same way below, before anything imports JAX.
-os.environ.setdefault("JEPA_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                     ".pytest_cache", "jepa-xla"))
-
-import pytest
-from click.testing import CliRunner
-
-from jepa_cli.cli.main import use_compilation_cache
-
-use_compilation_cache(os.environ)
+# compile once. `jepa` keeps no cache when a process simulates several CPU devices (cli/main.py,
+# compilation_cache_dir: a step's all-reduces loaded from the cache can deadlock), and every test
+# process simulates 8; so the suite hands JAX the cache itself, as a user's own JAX_COMPILATION_CACHE_DIR
+# would, set before anything imports JAX. Without it the suite takes far longer. The risk it keeps:
+# CI starts from an empty cache, so only a program compiled twice in one run is ever loaded.
+CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", CACHE_DIR)
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_SECONDS))
 
 
 class CliResult:

@@ -32,3 +32,13 @@ def test_cache_is_handed_to_jax_with_a_size_cap_and_a_users_own_setting_wins():
     mine = {"JEPA_CACHE_DIR": "/x", "JAX_COMPILATION_CACHE_DIR": "/mine"}
     use_compilation_cache(mine)
     assert mine["JAX_COMPILATION_CACHE_DIR"] == "/mine"
+
+
+def test_no_cache_when_one_process_simulates_several_cpu_devices():
+    # a step's all-reduces loaded from the cache deadlocked now and then (compilation_cache_dir)
+    assert compilation_cache_dir({"JEPA_CACHE_DIR": "/x", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}) is None
+    assert compilation_cache_dir({"JEPA_CACHE_DIR": "/x", "JAX_NUM_CPU_DEVICES": "4"}) is None
+    assert compilation_cache_dir({"JEPA_CACHE_DIR": "/x", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}) == "/x"
+    env = {"JEPA_CACHE_DIR": "/x", "XLA_FLAGS": "--xla_dump_to=/d --xla_force_host_platform_device_count=2"}
+    use_compilation_cache(env)
+    assert "JAX_COMPILATION_CACHE_DIR" not in env

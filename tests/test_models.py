@@ -283,8 +283,8 @@ def test_bfloat16_loss_is_within_a_thousandth_of_the_float32_loss():
 
 
 # -- how the blocks run: lax.scan and activation checkpointing (issue 9) --------------------------
-SCAN_CFG = ModelConfig(model="tiny", width=32, depth=4, heads=2, patch_size=4, image_size=16,
-                       pred_depth=3, pred_width=16, channels=3)
+SCAN_CFG = ModelConfig(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=16,
+                       pred_depth=2, pred_width=16, channels=3)
 
 
 def _loss_and_grads(cfg):

@@ -45,6 +45,7 @@ def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("JEPA_DEBUG", None)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own cache: a warm one deadlocked these runs
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env

@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -135,9 +136,25 @@ CACHE_MAX_BYTES = 2 << 30  # the persistent XLA cache evicts least-recently-used
 CACHE_MIN_COMPILE_SECONDS = 0.05
 
 
+def simulated_cpu_devices(env) -> int:
+    """The CPU devices one process is asked to simulate (XLA_FLAGS' --xla_force_host_platform_device_count
+    or JAX_NUM_CPU_DEVICES); 1 when neither is set."""
+    match = re.search(r"--xla_force_host_platform_device_count=(\d+)", env.get("XLA_FLAGS", ""))
+    counts = [int(match.group(1))] if match else []
+    if (env.get("JAX_NUM_CPU_DEVICES") or "").strip().isdigit():
+        counts.append(int(env["JAX_NUM_CPU_DEVICES"]))
+    return max(counts, default=1)
+
+
 def compilation_cache_dir(env) -> str | None:
     """Where compiled XLA programs persist between commands: $JEPA_CACHE_DIR, by default
-    $XDG_CACHE_HOME/jepa/xla (~/.cache/jepa/xla); None when JEPA_CACHE_DIR is off, 0 or empty."""
+    $XDG_CACHE_HOME/jepa/xla (~/.cache/jepa/xla); None when JEPA_CACHE_DIR is off, 0 or empty, and
+    when one process simulates several CPU devices: a step whose all-reduces were loaded from the cache
+    then deadlocked now and then (two all-reduces in flight, each missing the device that waits in the
+    other, until XLA aborts the process after 40 s): 6 of 9 runs of tests/test_multiprocess.py with a
+    warm cache, 0 of 4 without (jaxlib 0.10.2; docs/cli-conventions.md)."""
+    if simulated_cpu_devices(env) > 1:
+        return None
     value = env.get("JEPA_CACHE_DIR")
     if value is not None:
         return None if value.strip().lower() in ("", "0", "off", "false", "none") else value
