@@ -19,6 +19,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # CI starts from an empty cache, so only a program compiled twice in one run is ever loaded.
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", CACHE_DIR)
+os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)  # a `jepa` subprocess run on one device uses it too
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_SECONDS))
 
