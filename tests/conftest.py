@@ -5,7 +5,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from jepa_cli.cli.main import CACHE_MAX_BYTES, CACHE_MIN_COMPILE_SECONDS  # imports no JAX
+from jepa_cli.cli.main import hand_cache_to_jax  # imports no JAX
 
 # Must be set before JAX initialises its backend (docs/distributed.md): every test sees 8 CPU devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -18,10 +18,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # would, set before anything imports JAX. Without it the suite takes far longer. The risk it keeps:
 # CI starts from an empty cache, so only a program compiled twice in one run is ever loaded.
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", CACHE_DIR)
+hand_cache_to_jax(os.environ, CACHE_DIR)
 os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)  # a `jepa` subprocess run on one device uses it too
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_SECONDS))
 
 
 class CliResult:

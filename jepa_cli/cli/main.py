@@ -163,15 +163,19 @@ def compilation_cache_dir(env) -> str | None:
 
 
 def use_compilation_cache(env) -> None:
-    """Turns JAX's persistent compilation cache on for this process and its children, through the
-    environment variables JAX reads when it is imported (so `jepa --help` still imports no JAX). A
-    second run of the same configuration then loads its step (and every small program) instead of
-    compiling it. The size cap
-    makes JAX guard the cache with a file lock, so concurrent commands share it safely. A user's own
-    JAX_COMPILATION_CACHE_DIR wins."""
+    """Turns JAX's persistent compilation cache on for this process and its children, in
+    compilation_cache_dir(env), through the environment variables JAX reads when it is imported (so
+    `jepa --help` still imports no JAX). A second run of the same configuration then loads its step
+    instead of compiling it."""
     directory = compilation_cache_dir(env)
-    if directory is None:
-        return
+    if directory is not None:
+        hand_cache_to_jax(env, directory)
+
+
+def hand_cache_to_jax(env, directory: str) -> None:
+    """Sets JAX's cache variables in `env`: `directory`, the size cap (which makes JAX guard the cache
+    with a file lock, so concurrent commands share it safely) and the compile-time threshold. A user's
+    own settings win."""
     env.setdefault("JAX_COMPILATION_CACHE_DIR", directory)
     env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(CACHE_MAX_BYTES))
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(CACHE_MIN_COMPILE_SECONDS))
