@@ -6,7 +6,7 @@
 #   make -f recipes/ijepa-folder.mk SOURCE=path/to/images [OUT=folder-run] [SIZE=32x32] [STEPS=1500]
 #
 # The default RECIPE is jepa_cli/recipes/ijepa-small32.toml (a 6-block, 128-wide ViT with 4x4 patches for
-# 32x32 images; 1,500 updates of 128 took 35 min on CIFAR-10 on 2 CPU cores, docs/small-data.md).
+# 32x32 images; 1,500 updates of 128 took 29-37 min on CIFAR-10 on 2 CPU cores, docs/small-data.md).
 # For larger images raise SIZE and pass a larger model, e.g. TRAIN_FLAGS="--model small --patch-size 16".
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
