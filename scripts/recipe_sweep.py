@@ -49,11 +49,11 @@ def jepa(args: list[str], err: Path) -> dict:
 
 def run_variant(variant: dict, base: dict, train: Path, test: Path, out: Path) -> dict:
     folder = out / variant["name"]
-    folder.mkdir(parents=True, exist_ok=False)  # never reuse a variant's folder
-    (folder / "recipe.toml").write_text(tomli_w.dumps(variant_recipe(base, variant["set"])))
     result: dict = {"name": variant["name"], "set": variant["set"]}
     start = time.time()
     try:
+        folder.mkdir(parents=True, exist_ok=False)  # never reuse a variant's folder
+        (folder / "recipe.toml").write_text(tomli_w.dumps(variant_recipe(base, variant["set"])))
         summary = jepa(["train", "--config", str(folder / "recipe.toml"), "--data", str(train),
                         "--out", str(folder / "run")], folder / "train.err")
         result["train_seconds"] = round(time.time() - start, 1)
@@ -64,7 +64,7 @@ def run_variant(variant: dict, base: dict, train: Path, test: Path, out: Path) -
         for probe in ("linear", "knn"):
             result[probe] = jepa(["probe", probe, str(folder / "target-train.zarr"), str(folder / "target-test.zarr")],
                                  folder / f"{probe}.err")["top1"]
-    except (RuntimeError, json.JSONDecodeError, IndexError) as exc:
+    except (OSError, RuntimeError, json.JSONDecodeError, IndexError) as exc:
         result["error"] = str(exc)
     result["seconds"] = round(time.time() - start, 1)
     return result
