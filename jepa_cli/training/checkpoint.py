@@ -16,6 +16,11 @@ from jepa_cli.errors import InputError
 
 ITEMS = ("state", "data", "config", "versions")
 UNREADABLE_DIR = "unreadable-checkpoints"  # RUN/<this>/<step>: where a resume moves damaged checkpoints
+# Orbax splits each replicated array across its replicas to write it in parallel; every split is an
+# eager slice, compiled once per shape (36 compiles, about 1.8 s, on a 2-block model with 4 replicas
+# on CPU). Below this many bytes per slice one replica writes the whole array (large arrays of large
+# models keep the parallel write). Measured in benchmarks/NOTES.md.
+REPLICA_PARALLEL_MIN_SLICE_BYTES = 4 << 20
 PACKAGES = ("jepa-cli", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "tensorstore", "numpy")
 
 
@@ -27,6 +32,12 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return out
+
+
+def _register_array_handler(ocp) -> None:
+    """jax.Array's orbax handler with REPLICA_PARALLEL_MIN_SLICE_BYTES (else orbax's own defaults)."""
+    handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_SLICE_BYTES)
+    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
 
 
 class UnreadableCheckpoint(InputError):
@@ -44,6 +55,7 @@ class Checkpoints:
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
+        _register_array_handler(ocp)
         self.directory = (Path(run_dir) / "checkpoints").resolve()
         options = ocp.CheckpointManagerOptions(max_to_keep=keep or None, create=create,
                                                enable_async_checkpointing=async_save)
