@@ -28,6 +28,13 @@ def option(default: Any, help: str, *, flag: bool = False, applies: tuple[str, .
                                                         "choices": choices})
 
 
+def option_of(cls: type, name: str, default: Any) -> Any:
+    """`cls`'s option field `name` (its help, flag, applies and choices) with another default: a config
+    that reuses another's option with its own recipe's value (Audio-JEPA's model fields)."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=default, metadata=dict(field.metadata))
+
+
 @dataclasses.dataclass(frozen=True)
 class Flag:
     """A command-line form of an option field: `kind` is how its text is read (bool: a switch; range:

@@ -57,3 +57,27 @@ def test_bad_text_names_its_source(name, text, message):
     with pytest.raises(InputError) as error:
         options.parse(flag, text, "JEPA_TRAIN_X")
     assert str(error.value) == message
+
+
+def test_every_objective_option_is_declared_with_its_help():
+    from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+    from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+    from jepa_cli.objectives.genconfig import GenerativeConfig
+    from jepa_cli.objectives.ijepa_config import IJEPAConfig
+    from jepa_cli.objectives.vjepa import VJEPAConfig
+
+    undeclared = {cls.__name__: [f.name for f in dataclasses.fields(cls)
+                                 if "help" not in f.metadata and f.name != "mask_options"]  # mask_options: overrides
+                  for cls in (IJEPAConfig, VJEPAConfig, AudioJEPAConfig, GenerativeConfig, MultiBlockConfig,
+                              MultiBlock3DConfig, RandomConfig)}
+    assert undeclared == {name: [] for name in undeclared}
+
+
+def test_a_reused_option_keeps_its_help_with_the_new_default():
+    from jepa_cli.models.config import ModelConfig
+    from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+
+    ours = {f.name: f for f in dataclasses.fields(AudioJEPAConfig)}
+    model = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    assert ours["model"].default == "base" and model["model"].default == "tiny"
+    assert ours["model"].metadata["help"] == model["model"].metadata["help"]

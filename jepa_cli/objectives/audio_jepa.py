@@ -20,11 +20,13 @@ import numpy as np
 from jepa_cli.data.fbank import FbankConfig, fbank
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.masks.config import RandomConfig
 from jepa_cli.models import ModelConfig
 from jepa_cli.models.config import MODEL_SIZES
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
+from jepa_cli.options import option, option_of
 
 NORM_EPS = 1e-6  # Audio-JEPA src/models/components/loss.py: target standardisation eps
 L2_FLOOR = 1e-12  # torch.nn.functional.normalize's default eps
@@ -42,33 +44,36 @@ def _listify(v):
 class AudioJEPAConfig:
     """The model, the front-end, the masks and the EMA; defaults are Audio-JEPA's values."""
 
-    # model (jepa_cli.models.ModelConfig fields; image size and channels follow from the front-end)
-    model: str = "base"  # Audio-JEPA: ViT-B 768/12/12
-    patch_size: int = 16  # Audio-JEPA: 16 x 16 patches over (time, mel)
-    pred_depth: int = 6  # Audio-JEPA predictor depth 6
-    pred_width: int = 384  # Audio-JEPA predictor width 384
-    pred_heads: int | None = 12  # Audio-JEPA predictor 12 heads
-    dtype: str = "float32"
-    width: int | None = None
-    depth: int | None = None
-    heads: int | None = None
-    mlp_ratio: float | None = None
-    scan_layers: bool = False
-    remat: str = "none"
+    # model (jepa_cli.models.ModelConfig's options; image size and channels follow from the front-end)
+    model: str = option_of(ModelConfig, "model", "base")  # Audio-JEPA: ViT-B 768/12/12
+    patch_size: int = option_of(ModelConfig, "patch_size", 16)  # Audio-JEPA: 16 x 16 patches over (time, mel)
+    pred_depth: int = option_of(ModelConfig, "pred_depth", 6)  # Audio-JEPA predictor depth 6
+    pred_width: int = option_of(ModelConfig, "pred_width", 384)  # Audio-JEPA predictor width 384
+    pred_heads: int | None = option_of(ModelConfig, "pred_heads", 12)  # Audio-JEPA predictor 12 heads
+    dtype: str = option_of(ModelConfig, "dtype", "float32")
+    width: int | None = option_of(ModelConfig, "width", None)
+    depth: int | None = option_of(ModelConfig, "depth", None)
+    heads: int | None = option_of(ModelConfig, "heads", None)
+    mlp_ratio: float | None = option_of(ModelConfig, "mlp_ratio", None)
+    scan_layers: bool = option_of(ModelConfig, "scan_layers", False)
+    remat: str = option_of(ModelConfig, "remat", "none")
     # front-end (Kaldi fbank as torchaudio.compliance.kaldi.fbank)
-    sample_rate: int = 32000  # Audio-JEPA: 32 kHz (from the dataset's attributes when training)
-    seconds: float = 10.0  # Audio-JEPA: 10 s clips (from the dataset's clip length when training)
-    mel_bins: int = 128  # Audio-JEPA: 128 mel bins
-    frames: int = 256  # Audio-JEPA: 256 frames per clip; the hop is seconds / frames (39.06 ms at 10 s)
-    window_hops: float = 2.5  # Audio-JEPA: window 2.5 hops
-    window: str = "hanning"  # Audio-JEPA: window_type hanning
-    fmin: float = 20.0  # Audio-JEPA: low_freq 20 Hz
-    fmax: float = 16000.0  # Audio-JEPA: high_freq 16 kHz (capped at the data's Nyquist frequency)
-    # masks (jepa_cli.masks.RandomConfig)
-    ratio: tuple[float, float] = (0.4, 0.6)  # Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
+    sample_rate: int = option(32000, "Sample rate in Hz (training takes the dataset's).")  # Audio-JEPA: 32 kHz
+    seconds: float = option(10.0, "Clip length in seconds (training takes the dataset's).")  # Audio-JEPA: 10 s clips
+    mel_bins: int = option(128, "Mel filterbank channels (the spectrogram's height).")  # Audio-JEPA: 128 mel bins
+    # Audio-JEPA: 256 frames per clip; the hop is seconds / frames (39.06 ms at 10 s)
+    frames: int = option(256, "Spectrogram frames per clip; the hop is seconds / frames.")
+    window_hops: float = option(2.5, "Analysis window length in hops.")  # Audio-JEPA: window 2.5 hops
+    window: str = option("hanning", "Analysis window type (Kaldi's names).")  # Audio-JEPA: window_type hanning
+    fmin: float = option(20.0, "Lowest mel filter edge in Hz.")  # Audio-JEPA: low_freq 20 Hz
+    # Audio-JEPA: high_freq 16 kHz
+    fmax: float = option(16000.0, "Highest mel filter edge in Hz (capped at the data's Nyquist frequency).")
+    # masks (jepa_cli.masks.RandomConfig); Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
+    ratio: tuple[float, float] = option_of(RandomConfig, "ratio", (0.4, 0.6))
     # EMA: cosine ramp over the run (Audio-JEPA's EMA callback)
-    ema: tuple[float, float] = (0.996, 1.0)
-    total_updates: int | None = None
+    ema: tuple[float, float] = option((0.996, 1.0), "Target-encoder EMA momentum START,END, a cosine ramp over "
+                                                    "the run.")
+    total_updates: int | None = option(None, "EMA ramp length in updates (default: set by the trainer).")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -117,9 +122,7 @@ class AudioJEPAConfig:
                            remat=self.remat)
 
     @property
-    def mask_config(self):
-        from jepa_cli.masks import RandomConfig
-
+    def mask_config(self) -> RandomConfig:
         return RandomConfig(grid=self.model_config.grid, ratio=self.ratio)
 
     @classmethod

@@ -28,14 +28,14 @@ from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
 from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions
-from jepa_cli.options import option
+from jepa_cli.options import option, option_of
 
 @dataclasses.dataclass(frozen=True)
 class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     """The video model's fields (flat, as TOML keys), the mask options and the objective's own."""
 
-    pred_depth: int = option(12, "Predictor depth (blocks).", flag=True)  # vitl16.yaml model.pred_depth
-    pred_width: int = option(384, "Predictor width.", flag=True)  # vitl16.yaml model.pred_embed_dim
+    pred_depth: int = option_of(VideoModelConfig, "pred_depth", 12)  # vitl16.yaml model.pred_depth
+    pred_width: int = option_of(VideoModelConfig, "pred_width", 384)  # vitl16.yaml model.pred_embed_dim
     # masks: overrides of jepa_cli.masks.MultiBlock3DConfig fields (its defaults are vitl16.yaml's)
     mask_options: tuple[tuple[str, Any], ...] = ()
     # objective
