@@ -349,6 +349,9 @@ def test_saving_a_replicated_state_compiles_no_slicing_program(tmp_path, caplog)
         checkpoints.save(1, state, None, {})
     compiled = [r.getMessage() for r in caplog.records if "ompil" in r.getMessage()]
     assert compiled == []
+    written = sorted(p.name for p in (tmp_path / "checkpoints" / "1" / "state").iterdir())
+    assert written == ["_METADATA", "_sharding", "array_metadatas", "commit_success.txt", "d", "manifest.ocdbt",
+                       "ocdbt.process_0"]  # as orbax's own handler writes them
     target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
     restored = checkpoints.restore(1, target)[0]
     assert [float(restored[f"w{i}"].sum()) for i in range(3)] == [0.0, 9 * 16.0, 2 * 10 * 16.0]

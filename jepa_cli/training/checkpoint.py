@@ -35,8 +35,11 @@ def package_versions() -> dict[str, str]:
 
 
 def _register_array_handler(ocp) -> None:
-    """jax.Array's orbax handler with REPLICA_PARALLEL_MIN_SLICE_BYTES (else orbax's own defaults)."""
-    handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_SLICE_BYTES)
+    """jax.Array's orbax handler with REPLICA_PARALLEL_MIN_SLICE_BYTES, else as orbax registers it
+    (with its per-array metadata store, which writes state/array_metadatas)."""
+    store = getattr(ocp.type_handlers.get_type_handler(jax.Array), "_array_metadata_store", None)
+    handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_SLICE_BYTES,
+                                             array_metadata_store=store)
     ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
 
 
