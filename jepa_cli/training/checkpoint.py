@@ -6,6 +6,7 @@ want "the latest" fall back to the newest one that reads back (restore_newest)."
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from pathlib import Path
 from typing import Any, Callable
@@ -34,9 +35,13 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def _register_array_handler(ocp) -> None:
+@functools.cache
+def _register_array_handler() -> None:
     """jax.Array's orbax handler with REPLICA_PARALLEL_MIN_SLICE_BYTES, else as orbax registers it
-    (with its per-array metadata store, which writes state/array_metadatas)."""
+    (with its per-array metadata store, which writes state/array_metadatas). Once per process, so a
+    handler is never swapped under a save in flight."""
+    import orbax.checkpoint as ocp
+
     store = getattr(ocp.type_handlers.get_type_handler(jax.Array), "_array_metadata_store", None)
     handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_SLICE_BYTES,
                                              array_metadata_store=store)
@@ -58,7 +63,7 @@ class Checkpoints:
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
-        _register_array_handler(ocp)
+        _register_array_handler()
         self.directory = (Path(run_dir) / "checkpoints").resolve()
         options = ocp.CheckpointManagerOptions(max_to_keep=keep or None, create=create,
                                                enable_async_checkpointing=async_save)
