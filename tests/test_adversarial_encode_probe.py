@@ -1,5 +1,6 @@
 """Hostile-user cases for `jepa encode-latents` and `jepa probe`, through the real CLI (issue 8)."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -62,8 +63,12 @@ def test_sigterm_during_encode_exits_143_keeps_the_partial_and_resumes_to_the_sa
     args = ["encode-latents", run, data, "--mesh", "data=1", "--batch-size", "32"]
     assert run_jepa(*args, "-o", tmp_path / "whole.zarr").returncode == 0
     out = tmp_path / "emb.zarr"
+    # Without the suite's compilation cache the encoder compiles after the partial output exists, so
+    # the signal lands mid-job (a cache hit left well under a second to finish, and a loaded CI
+    # machine once let the whole job finish before the signal)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"} | {"JEPA_CACHE_DIR": "off"}
     process = subprocess.Popen([sys.executable, "-m", "jepa_cli", *map(str, args), "-o", str(out)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     partial = tmp_path / ".emb.zarr.partial"
     deadline = time.time() + 120
     while not (partial / "inputs").exists():
