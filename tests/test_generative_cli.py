@@ -51,7 +51,8 @@ def trained(tmp_path_factory):
     (d / "flow.toml").write_text(RECIPE)
     result = CliRunner().invoke(cli, ["train", "--config", str(d / "flow.toml"), "--data", str(data), "--out",
                                       str(d / "run"), "--steps", "1", "--batch-size", "8", "--mesh", "data=2",
-                                      "--cond-drop", "0.2", "--json", "-q"], catch_exceptions=False)
+                                      "--cond-drop", "0.2", "--json", "-q"], catch_exceptions=False,
+                                env={"JEPA_DEBUG": "1"})  # an unexpected error raises with its traceback
     assert result.exit_code == 0, result.output
     return d, data, d / "run"
 
