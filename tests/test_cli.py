@@ -72,6 +72,30 @@ def test_env_reports_the_backend_devices_and_versions():
     assert report["versions"]["jax"] == jax.__version__
 
 
+def _env_report(**variables: str) -> dict:
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # the suite's own cache
+    env.update(JAX_PLATFORMS="cpu", **variables)
+    result = subprocess.run([sys.executable, "-m", "jepa_cli", "env", "--json"], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_env_says_why_simulated_devices_get_no_compilation_cache():
+    report = _env_report(XLA_FLAGS="--xla_force_host_platform_device_count=3", JEPA_CACHE_DIR="/tmp/unused")
+    assert report["compilation_cache"] is None
+    assert report["compilation_cache_off"].startswith("3 simulated CPU devices in one process")
+
+
+def test_env_reports_the_cache_jax_uses_a_users_own_included(tmp_path):
+    report = _env_report(XLA_FLAGS="--xla_force_host_platform_device_count=3",
+                         JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"))
+    assert report["compilation_cache"] == str(tmp_path / "mine")
+    assert "compilation_cache_off" not in report
+
+
 def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tmp_path):
     # SIGTERM landing inside JAX's gc hook or a __del__: Python only prints "Exception ignored" and
     # the work goes on; the atomic write must still not move its result into place

@@ -1,6 +1,7 @@
 """The persistent XLA compilation cache: where it lives and how it is turned off (cli/main.py)."""
 
-from jepa_cli.cli.main import CACHE_MAX_BYTES, compilation_cache_dir, use_compilation_cache
+from jepa_cli.cli.main import (CACHE_MAX_BYTES, compilation_cache_dir, compilation_cache_off_reason,
+                               use_compilation_cache)
 
 
 def test_cache_defaults_to_xdg_cache_home():
@@ -42,3 +43,8 @@ def test_no_cache_when_one_process_simulates_several_cpu_devices():
     env = {"JEPA_CACHE_DIR": "/x", "XLA_FLAGS": "--xla_dump_to=/d --xla_force_host_platform_device_count=2"}
     use_compilation_cache(env)
     assert "JAX_COMPILATION_CACHE_DIR" not in env
+
+
+def test_the_reason_for_no_cache_names_the_variable_that_turned_it_off():
+    assert compilation_cache_off_reason({"JEPA_CACHE_DIR": "off"}) == "JEPA_CACHE_DIR='off'"
+    assert compilation_cache_off_reason({"JEPA_CACHE_DIR": "/scratch/xla"}) is None

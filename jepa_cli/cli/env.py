@@ -20,16 +20,23 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
     """
     import os
 
-    from jepa_cli.cli.main import compilation_cache_dir
+    import jax
+
+    from jepa_cli.cli.main import compilation_cache_off_reason
     from jepa_cli.training.distributed import environment_report
 
     report = environment_report()
-    report["compilation_cache"] = compilation_cache_dir(os.environ)
+    # what JAX uses (a user's own JAX_COMPILATION_CACHE_DIR included), and why there is none
+    cache = jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
+    report["compilation_cache"] = cache or None
+    if cache is None:
+        report["compilation_cache_off"] = compilation_cache_off_reason(os.environ) or "JAX's cache is off"
 
     def human(r: dict) -> None:
         from jepa_cli.cli.common import print_mapping
 
-        flat = {k: v for k, v in r.items() if k not in ("devices", "versions")}
+        flat = {k: v for k, v in r.items() if k not in ("devices", "versions", "compilation_cache_off")}
+        flat["compilation_cache"] = r["compilation_cache"] or f"off: {r['compilation_cache_off']}"
         flat["devices"] = ", ".join(f"{d['platform']}:{d['id']}" for d in r["devices"][:8]) + (
             f", ... ({len(r['devices'])})" if len(r["devices"]) > 8 else "")
         flat.update({name: version or "not installed" for name, version in r["versions"].items()})

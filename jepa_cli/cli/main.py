@@ -162,6 +162,16 @@ def compilation_cache_dir(env) -> str | None:
     return os.path.join(base, "jepa", "xla")
 
 
+def compilation_cache_off_reason(env) -> str | None:
+    """Why `jepa` keeps no compilation cache under `env` (None when compilation_cache_dir gives one)."""
+    devices = simulated_cpu_devices(env)
+    if devices > 1:
+        return f"{devices} simulated CPU devices in one process (a cached step's all-reduces can deadlock)"
+    if compilation_cache_dir(env) is None:
+        return f"JEPA_CACHE_DIR={env.get('JEPA_CACHE_DIR', '')!r}"
+    return None
+
+
 def use_compilation_cache(env) -> None:
     """Turns JAX's persistent compilation cache on for this process and its children, in
     compilation_cache_dir(env), through the environment variables JAX reads when it is imported (so
