@@ -55,6 +55,25 @@ def raise_if_signalled_since(mark: int) -> None:
     raise KeyboardInterrupt
 
 
+_completed: list[str] = []  # outputs moved into place in full, in order
+
+
+def note_completed(path) -> None:
+    """Records an output now in place in full, so that a signal stopping the command afterwards says
+    the output is complete (only what came after it was cut short)."""
+    _completed.append(str(path))
+
+
+def completed_mark() -> int:
+    """A bookmark in the completed outputs so far, for `completed_since`."""
+    return len(_completed)
+
+
+def completed_since(mark: int) -> list[str]:
+    """The outputs moved into place in full after `mark`."""
+    return _completed[mark:]
+
+
 def received_signal() -> int | None:
     """The last SIGINT/SIGTERM number the handlers saw, else None. A signal landing inside a C
     extension's import turns into an ImportError that no longer says it was a signal; this does."""

@@ -116,3 +116,23 @@ def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tm
     result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
     assert result.stdout.splitlines() == ["work went on", "terminated before the commit"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_path):
+    code = ("import os, signal, sys\n"
+            "from jepa_cli.data import store\n"
+            "from jepa_cli.cli.main import cli\n"
+            "original = store.move_into_place\n"
+            "def move_then_signal(*args, **kwargs):\n"
+            "    original(*args, **kwargs)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)  # lands once the output is in place\n"
+            "store.move_into_place = move_then_signal\n"
+            "cli.main(sys.argv[1:])\n")
+    out = tmp_path / "digits.zarr"
+    result = subprocess.run([sys.executable, "-c", code, "ingest", "builtin:digits", str(out), "-q"],
+                            capture_output=True, text=True)
+    assert result.returncode == 143
+    assert result.stderr.splitlines() == [f"jepa: error: terminated (SIGTERM) after {out} was written in full"]
+    from jepa_cli.data import store
+
+    assert store.read_array(out / "inputs").shape == (1797, 8, 8, 1)

@@ -14,8 +14,8 @@ import threading
 import click
 
 from jepa_cli import __version__
-from jepa_cli.errors import (JepaError, Terminated, raise_if_signalled_since, raise_interrupted, raise_terminated,
-                             received_signal, signal_mark)
+from jepa_cli.errors import (JepaError, Terminated, completed_mark, completed_since, raise_if_signalled_since,
+                             raise_interrupted, raise_terminated, received_signal, signal_mark)
 
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
@@ -98,6 +98,7 @@ class JepaGroup(click.Group):
             signal.signal(signal.SIGTERM, raise_terminated)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN stays ignored
                 signal.signal(signal.SIGINT, raise_interrupted)
+        completed = completed_mark()
         try:
             with quiet_libraries():
                 rv = super().main(args=args, prog_name=prog_name or "jepa", complete_var=complete_var,
@@ -105,7 +106,9 @@ class JepaGroup(click.Group):
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except _Stopped as exc:
-            _fail("terminated (SIGTERM)" if exc.code == 143 else "interrupted", exc.code)
+            done = completed_since(completed)  # the signal came after these were in place: say they are whole
+            _fail(("terminated (SIGTERM)" if exc.code == 143 else "interrupted")
+                  + (f" after {', '.join(done)} was written in full" if done else ""), exc.code)
         except click.Abort:
             _fail("interrupted", 130)
         except click.ClickException as exc:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from jepa_cli import __version__
-from jepa_cli.errors import InputError, raise_if_signalled_since, raise_terminated, signal_mark
+from jepa_cli.errors import InputError, note_completed, raise_if_signalled_since, raise_terminated, signal_mark
 
 GROUP_METADATA = "zarr.json"
 DEFAULT_CHUNK_BYTES = 4 << 20  # aim for ~4 MiB chunks along the sample axis
@@ -166,6 +166,7 @@ def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
     """
     try:
         rename_no_replace(tmp, final)
+        note_completed(final)
         return
     except FileExistsError:
         if not force:
@@ -188,6 +189,7 @@ def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
             raise InputError(f"{final}: another process wrote it while this command ran; what was there "
                              f"before is now {trash}") from None
         raise
+    note_completed(final)
     shutil.rmtree(trash, ignore_errors=True)
 
 
