@@ -29,7 +29,7 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
     # what JAX uses (a user's own JAX_COMPILATION_CACHE_DIR included), and why there is none
     cache = jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
     report["compilation_cache"] = cache or None
-    if cache is None:
+    if not cache:
         report["compilation_cache_off"] = compilation_cache_off_reason(os.environ) or "JAX's cache is off"
 
     def human(r: dict) -> None:
