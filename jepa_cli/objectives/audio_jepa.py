@@ -241,11 +241,9 @@ class AudioJEPAObjective(EncoderPredictorObjective):
         return log_mel(waves, self.config)
 
     def loss(self, params, ema, batch, key, step):
-        from jepa_cli import masks
-
         spec = jax.lax.stop_gradient(self.spectrogram(batch["audio"]))
         b = spec.shape[0]
-        m = masks.sample(key, self.config.mask_config, b)
+        m = self.sample_masks(key, b)
         target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
         h_full = jax.lax.stop_gradient(target_encoder(spec).astype(jnp.float32))  # [B, N, D]
         h = gather_tokens(h_full, m.target_index)  # [B, 1, T, D]

@@ -105,3 +105,9 @@ class EncoderPredictorObjective:
     def weight_decay_mask(self, params: Params) -> Any:
         """True where AdamW decays: not biases, not 1-D leaves; the mask tokens are."""
         return decay_matrices_only(params)
+
+    def sample_masks(self, key, batch_size: int):
+        """The MaskSet of one batch from the config's mask_config (jepa_cli.masks.sample)."""
+        from jepa_cli import masks
+
+        return masks.sample(key, self.config.mask_config, batch_size)

@@ -72,13 +72,7 @@ class IJEPAObjective(EncoderPredictorObjective):
         total = self.config.total_updates
         return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
 
-
     # -- training --------------------------------------------------------------------------
-    def sample_masks(self, key, batch_size: int):
-        from jepa_cli import masks
-
-        return masks.sample(key, self.config.mask_config, batch_size)
-
     def loss(self, params, ema, batch, key, step):
         images = batch["image"]
         b = images.shape[0]
