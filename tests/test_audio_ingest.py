@@ -150,6 +150,16 @@ def test_corrupt_file_is_named_or_skipped(run_cli, sounds, tmp_path):
     assert read(out / "labels").tolist() == [0, 0, 1, 1]
 
 
+def test_skip_bad_with_every_clip_unreadable_is_refused_and_writes_nothing(run_cli, tmp_path):
+    folder = tmp_path / "broken" / "dogs"
+    folder.mkdir(parents=True)
+    (folder / "a.flac").write_bytes(b"fLaC" + b"\0" * 40)
+    (folder / "b.wav").write_bytes(b"not audio at all")
+    result = run_cli("ingest", tmp_path / "broken", tmp_path / "s.zarr", "--sample-rate", "16000", "--skip-bad")
+    assert_user_error(result, "every clip was unreadable")
+    assert nothing_written(tmp_path, "s.zarr")
+
+
 def test_truncated_wav_is_refused(run_cli, sounds, tmp_path):
     data = (sounds / "birds" / "a.wav").read_bytes()
     (sounds / "birds" / "a.wav").write_bytes(data[: len(data) // 2])

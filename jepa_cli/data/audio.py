@@ -368,9 +368,8 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
     kept_labels: list[int] = []
     durations: list[float] = []
     with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
-        inputs = store.create_array(tmp / "inputs", (len(indices), samples), np.float32, chunk_n=chunk_n)
-        buffer = np.empty((chunk_n, samples), np.float32)
-        written = filled = 0
+        rows = store.RowWriter(store.create_array(tmp / "inputs", (len(indices), samples), np.float32,
+                                                  chunk_n=chunk_n), chunk_n)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             window = 4 * workers
             pending: list[tuple[int, concurrent.futures.Future]] = []
@@ -398,24 +397,16 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
                     if progress:
                         progress(1)
                     continue
-                buffer[filled] = wave
-                filled += 1
+                rows.append(wave)
                 durations.append(round(float(duration), 6))
                 if source.labels is not None:
                     kept_labels.append(int(source.labels[index]))
-                if filled == chunk_n:
-                    inputs[written:written + filled].write(buffer[:filled]).result()
-                    written += filled
-                    filled = 0
                 if progress:
                     progress(1)
-        if filled:
-            inputs[written:written + filled].write(buffer[:filled]).result()
-            written += filled
+        rows.finish()
+        written = rows.written
         if written == 0:
             raise InputError(f"{source.description}: every clip was unreadable")
-        if written != len(indices):
-            inputs = store.resize_first_axis(inputs, written)
         if source.labels is not None:
             store.write_array(tmp / "labels", np.asarray(kept_labels, np.int32))
         store.write_array(tmp / "durations", np.asarray(durations, np.float32))

@@ -154,10 +154,9 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     chunk_n = min(store.chunk_rows(sample_shape, 1), len(indices))
     _check_room(out, len(indices), sample_shape, chunk_n, size)
     with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
-        inputs = store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8, chunk_n=chunk_n)
-        buffer = np.empty((chunk_n, *sample_shape), np.uint8)
+        rows = store.RowWriter(store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8,
+                                                  chunk_n=chunk_n), chunk_n)
         kept_labels: list[int] = []
-        written = filled = 0
         for position in range(first_pos, len(indices)):
             index = int(indices[position])
             name = source.item_name(index)
@@ -173,21 +172,13 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
                 continue
             if image.shape != sample_shape:
                 raise InputError(_mismatch(name, image.shape, sample_shape))
-            buffer[filled] = image
-            filled += 1
+            rows.append(image)
             if source.labels is not None:
                 kept_labels.append(int(source.labels[index]))
-            if filled == chunk_n:
-                inputs[written:written + filled].write(buffer[:filled]).result()
-                written += filled
-                filled = 0
             if progress:
                 progress(1)
-        if filled:
-            inputs[written:written + filled].write(buffer[:filled]).result()
-            written += filled
-        if written != len(indices):
-            inputs = store.resize_first_axis(inputs, written)
+        rows.finish()
+        written = rows.written
         if source.labels is not None:
             store.write_array(tmp / "labels", np.asarray(kept_labels, np.int32))
         attributes = store.base_attributes(

@@ -540,6 +540,35 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B" if power == 0 else f"{n:.1f} {units[power]}"
 
 
+class RowWriter:
+    """Appends rows to an open array (from create_array) through a buffer of `chunk_n` rows: one
+    chunk-aligned write per full buffer. `finish()` writes what is left and shrinks the array to the
+    rows written (fewer than it was created with when samples were skipped)."""
+
+    def __init__(self, array, chunk_n: int):
+        self.array = array
+        self.buffer = np.empty((chunk_n, *array.shape[1:]), array.dtype.numpy_dtype)
+        self.filled = 0  # rows in the buffer
+        self.written = 0  # rows in the array
+
+    def append(self, row: np.ndarray) -> None:
+        self.buffer[self.filled] = row
+        self.filled += 1
+        if self.filled == len(self.buffer):
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.filled:
+            self.array[self.written:self.written + self.filled].write(self.buffer[:self.filled]).result()
+            self.written += self.filled
+            self.filled = 0
+
+    def finish(self) -> None:
+        self._flush()
+        if self.written != self.array.shape[0]:
+            self.array = resize_first_axis(self.array, self.written)
+
+
 def resize_first_axis(store, n: int):
     """Shrinks or grows the first axis of an open array to `n`; returns the resized store."""
     return store.resize(exclusive_max=[n] + list(store.shape[1:]), shrink_only=False).result()
