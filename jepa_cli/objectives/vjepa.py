@@ -27,7 +27,7 @@ from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
-from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions
+from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions, IJEPAConfig
 from jepa_cli.options import option, option_of
 
 @dataclasses.dataclass(frozen=True)
@@ -40,17 +40,13 @@ class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     mask_options: tuple[tuple[str, Any], ...] = ()
     # objective
     loss_exp: float = option(1.0, "Loss exponent p of mean(|z - h|^p) / p (1: L1).")  # vitl16.yaml loss.loss_exp
-    ema: tuple[float, float] = option((0.998, 1.0), "Target-encoder EMA momentum ramp START,END over the "
-                                                    "run.")  # vitl16.yaml optimization.ema
-    total_updates: float | None = option(None, "EMA ramp length in updates, steps x ipe_scale unrounded "
-                                               "(default: set by the trainer).")
-    mean: tuple[float, ...] | None = option(None, "Per-channel normalisation mean (default: ImageNet's for 3 "
-                                                  "channels, 0.5 otherwise).")
-    std: tuple[float, ...] | None = option(None, "Per-channel normalisation std (default: ImageNet's for 3 "
-                                                 "channels, 0.5 otherwise).")
+    ema: tuple[float, float] = option_of(IJEPAConfig, "ema", (0.998, 1.0))  # vitl16.yaml optimization.ema
+    total_updates: float | None = option_of(IJEPAConfig, "total_updates", None)
+    mean: tuple[float, ...] | None = option_of(IJEPAConfig, "mean", None)
+    std: tuple[float, ...] | None = option_of(IJEPAConfig, "std", None)
     # vitl16.yaml data_aug.random_resize_scale, random_resize_aspect_ratio
-    crop_scale: tuple[float, float] = option((0.3, 1.0), "Random resized crop: area scale LO,HI.")
-    crop_ratio: tuple[float, float] = option((0.75, 1.35), "Random resized crop: aspect ratio LO,HI.")
+    crop_scale: tuple[float, float] = option_of(IJEPAConfig, "crop_scale", (0.3, 1.0))
+    crop_ratio: tuple[float, float] = option_of(IJEPAConfig, "crop_ratio", (0.75, 1.35))
     # app/vjepa/transforms.py: random_horizontal_flip (True in make_transforms)
     hflip: bool = option(True, "Random horizontal flip of each clip.")
 
