@@ -355,3 +355,45 @@ def test_saving_a_replicated_state_compiles_no_slicing_program(tmp_path, caplog)
     target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
     restored = checkpoints.restore(1, target)[0]
     assert [float(restored[f"w{i}"].sum()) for i in range(3)] == [0.0, 9 * 16.0, 2 * 10 * 16.0]
+
+
+def test_a_reader_arriving_while_another_opens_the_source_gets_its_label(tmp_path, monkeypatch):
+    # grain's reader threads ask for the first elements together; a CI run once saw one of them find
+    # the inputs open and the labels not yet read ("'NoneType' object is not subscriptable")
+    import concurrent.futures
+    import threading
+    import time
+
+    from jepa_cli.training.data import ZarrSource
+
+    data = tmp_path / "d.zarr"
+    store.write_group(data, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a", "b"]))
+    store.write_array(data / "inputs", np.zeros((8, 4, 4, 1), np.uint8))
+    store.write_array(data / "labels", np.arange(8, dtype=np.int32) % 2)
+    read_array, reading_labels = store.read_array, threading.Event()
+
+    def slow_labels(path):
+        if path.name == "labels":
+            reading_labels.set()
+            time.sleep(0.3)  # the second reader arrives meanwhile
+        return read_array(path)
+
+    monkeypatch.setattr(store, "read_array", slow_labels)
+    source = ZarrSource(data, with_labels=True)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(source.__getitem__, 0)
+        assert reading_labels.wait(10)
+        second = source[1]
+        assert (int(first.result()["label"]), int(second["label"])) == (0, 1)
+
+
+def test_a_pickled_source_opens_its_arrays_again(dataset):
+    import pickle
+
+    from jepa_cli.training.data import ZarrSource
+
+    source = ZarrSource(dataset, with_labels=False)
+    first = source[0]["image"]
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy._array is None
+    np.testing.assert_array_equal(copy[0]["image"], first)

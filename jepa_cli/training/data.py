@@ -11,6 +11,7 @@ The grain iterator's state is JSON and goes into every checkpoint, so resuming c
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -115,24 +116,37 @@ class ZarrSource:
         self.whole = whole
         self._array = None
         self._labels = None
+        self._opening = threading.Lock()
         meta = json.loads((self.path / "inputs" / "zarr.json").read_text())
         self._shape = tuple(meta["shape"])
         self._itemsize = np.dtype(meta["data_type"]).itemsize
 
-    def _open(self):
-        if self._array is None:
-            nbytes = int(np.prod(self._shape)) * self._itemsize
-            if self.whole and nbytes <= IN_MEMORY_BYTES:
-                self._array = store.read_array(self.path / "inputs")
-            else:
-                import tensorstore as ts
+    def __getstate__(self) -> dict[str, Any]:  # a copy in another process opens the arrays itself
+        return {**self.__dict__, "_array": None, "_labels": None, "_opening": None}
 
-                spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((self.path / "inputs").resolve())},
-                        "context": {"cache_pool": {"total_bytes_limit": 256 << 20}}, "recheck_cached_data": False}
-                self._array = ts.open(spec, read=True).result()
-            if self.with_labels:
-                self._labels = np.asarray(store.read_array(self.path / "labels"), np.int32)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _opening=threading.Lock())
+
+    def _open(self):
+        # grain's reader threads ask for elements at once: one opens, and the array is published
+        # only after the labels, since a reader that finds it goes on to read a label
+        if self._array is None:
+            with self._opening:
+                if self._array is None:
+                    labels = (np.asarray(store.read_array(self.path / "labels"), np.int32) if self.with_labels
+                              else None)
+                    self._labels, self._array = labels, self._read_inputs()
         return self._array
+
+    def _read_inputs(self):
+        nbytes = int(np.prod(self._shape)) * self._itemsize
+        if self.whole and nbytes <= IN_MEMORY_BYTES:
+            return store.read_array(self.path / "inputs")
+        import tensorstore as ts
+
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((self.path / "inputs").resolve())},
+                "context": {"cache_pool": {"total_bytes_limit": 256 << 20}}, "recheck_cached_data": False}
+        return ts.open(spec, read=True).result()
 
     def __len__(self) -> int:
         return self._shape[0]
