@@ -397,3 +397,20 @@ def test_a_pickled_source_opens_its_arrays_again(dataset):
     copy = pickle.loads(pickle.dumps(source))
     assert copy._array is None
     np.testing.assert_array_equal(copy[0]["image"], first)
+
+
+def test_the_abstract_state_has_the_initial_states_shapes_with_or_without_abstract_params():
+    from jepa_cli.objectives import make_objective
+    from jepa_cli.training.run import abstract_state, build_optimizer
+    from jepa_cli.training.state import init_state
+
+    objective = make_objective("ijepa", dict(model="tiny", width=32, depth=1, heads=2, patch_size=4, image_size=16,
+                                             channels=1, pred_depth=1, pred_width=16, total_updates=4))
+    abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
+    tx = build_optimizer(build_config({"steps": 4}), objective, {"steps": 4, "t_max": 4, "warmup_steps": 1, "ipe": 1},
+                         abstract_params)[0]
+    state = init_state(objective, tx, jax.random.PRNGKey(0))
+    want = jax.tree.map(lambda a: (a.shape, a.dtype), state)
+    for abstract in (abstract_state(objective, tx), abstract_state(objective, tx, abstract_params)):
+        assert jax.tree.map(lambda a: (a.shape, a.dtype), abstract) == want
+    assert len(jax.tree.leaves(state)) == 125  # params, encoder EMA, Adam moments, counts, step, rng

@@ -343,7 +343,7 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
 
     abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
     tx, lr_fn, wd_fn, momentum_fn = build_optimizer(config, objective, lengths, abstract_params)
-    abstract = abstract_state(objective, tx)
+    abstract = abstract_state(objective, tx, abstract_params)
     state_sh = mesh_lib.state_shardings(mesh, abstract)
     batch_sh = mesh_lib.batch_sharding(mesh)
     transform = objective.train_transform(config.objective_config.get("image_size"))

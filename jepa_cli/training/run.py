@@ -149,13 +149,17 @@ def _jsonable(v):
     return str(v)
 
 
-def abstract_state(objective, tx):
-    """The TrainState of ShapeDtypeStructs (no allocation)."""
+def abstract_state(objective, tx, abstract_params: Any = None):
+    """The TrainState of ShapeDtypeStructs (no allocation), around `abstract_params` when given (the
+    parameter init, the slowest part to trace, is then not traced again)."""
     import jax
 
-    from jepa_cli.training.state import init_state
+    from jepa_cli.training.state import state_from_params
 
-    return jax.eval_shape(lambda k: init_state(objective, tx, k), jax.ShapeDtypeStruct((2,), np.uint32))
+    key = jax.ShapeDtypeStruct((2,), np.uint32)
+    if abstract_params is None:
+        abstract_params = jax.eval_shape(objective.init, key)
+    return jax.eval_shape(lambda params, rng: state_from_params(objective, tx, params, rng), abstract_params, key)
 
 
 def load_run(run_dir: str | Path, step: int | None = None, on_fallback: Callable[[int, str], None] | None = None):

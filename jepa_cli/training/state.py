@@ -29,7 +29,12 @@ class TrainState:
 def init_state(objective, tx, seed_key: jnp.ndarray) -> TrainState:
     """Initial state from a uint32[2] key (jit-able; call under jit with out_shardings to init sharded)."""
     init_key, rng = jax.random.split(seed_key)
-    params = objective.init(init_key)
+    return state_from_params(objective, tx, objective.init(init_key), rng)
+
+
+def state_from_params(objective, tx, params, rng: jnp.ndarray) -> TrainState:
+    """The state at update 0 around `params`: their EMA copy, the optimizer's initial state, `rng`
+    (uint32 [2]) as the base key."""
     spec = getattr(objective, "ema_spec", None)
     ema = jax.tree.map(jnp.array, ema_source(params, spec)) if spec is not None else {}
     return TrainState(params=params, ema=ema, opt_state=tx.init(params), step=jnp.zeros([], jnp.int32), rng=rng)
