@@ -57,30 +57,25 @@ def test_committed_completion_scripts_are_current(run_cli, shell):
         f"shell-completions/jepa.{shell} is stale: regenerate with `jepa completion {shell} > shell-completions/jepa.{shell}`"
 
 
-def test_env_reports_the_backend_devices_and_versions():
-    import json
-
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=3", "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run([sys.executable, "-m", "jepa_cli", "env", "--json"], capture_output=True, text=True,
-                            env=env)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert (report["backend"], report["device_count"], report["process_count"]) == ("cpu", 3, 1)
-    assert [d["id"] for d in report["devices"]] == [0, 1, 2]
-    import jax
-
-    assert report["versions"]["jax"] == jax.__version__
-
-
 def _env_report(**variables: str) -> dict:
+    """`jepa env --json` on the CPU with `variables`, without the suite's own JAX cache variable."""
     import json
 
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # the suite's own cache
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env.update(JAX_PLATFORMS="cpu", **variables)
     result = subprocess.run([sys.executable, "-m", "jepa_cli", "env", "--json"], capture_output=True, text=True,
                             env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def test_env_reports_the_backend_devices_and_versions():
+    report = _env_report(XLA_FLAGS="--xla_force_host_platform_device_count=3")
+    assert (report["backend"], report["device_count"], report["process_count"]) == ("cpu", 3, 1)
+    assert [d["id"] for d in report["devices"]] == [0, 1, 2]
+    import jax
+
+    assert report["versions"]["jax"] == jax.__version__
 
 
 def test_env_says_why_simulated_devices_get_no_compilation_cache():
