@@ -265,3 +265,53 @@ def test_bad_input_exits_2(trained, tmp_path, run_cli, monkeypatch):
     monkeypatch.setattr(runlib, "load_run", lambda run_dir, step=None, **_: ({"objective": "toy"}, NoEncoder(),
                                                                         {"params": {"w": np.zeros(2)}, "ema": None}, 3))
     assert_user_error(run_cli("encode-latents", run, data, "-o", out), "has no encoder")
+
+
+def test_a_signal_whose_exception_a_callback_swallowed_stops_at_the_next_unit_and_keeps_the_partial(tmp_path):
+    """A SIGTERM landing in a callback whose errors Python only prints (JAX's garbage-collection hook)
+    loses its exception; the encoding still stops at the next unit's edge and never moves into place."""
+    import signal
+
+    from jepa_cli.errors import Terminated, raise_terminated
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=50)
+    seen = []
+
+    def swallow_a_sigterm_at_row_6(rows):
+        seen.append(rows)
+        if sum(seen) == 6:
+            try:
+                raise_terminated(signal.SIGTERM, None)
+            except Terminated:  # what an "Exception ignored in" callback does with it
+                pass
+
+    out = tmp_path / "emb.zarr"
+    with pytest.raises(Terminated):
+        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=swallow_a_sigterm_at_row_6, **ENCODE_KW)
+    assert sum(seen) == 8  # the first unit (two 4-row chunks) finished, the second never started
+    assert not out.exists() and sorted(p.name for p in (partial_path(out) / "progress").iterdir()) == ["00000000.npz"]
+
+
+def test_a_swallowed_signal_in_the_last_unit_never_commits_the_output(tmp_path):
+    import signal
+
+    from jepa_cli.errors import Terminated, raise_terminated
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=8)
+    seen = []
+
+    def swallow_a_sigterm_at_the_last_row(rows):
+        seen.append(rows)
+        if sum(seen) == 8:
+            try:
+                raise_terminated(signal.SIGTERM, None)
+            except Terminated:
+                pass
+
+    out = tmp_path / "emb.zarr"
+    with pytest.raises(Terminated):
+        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=swallow_a_sigterm_at_the_last_row,
+                       **ENCODE_KW)
+    assert not out.exists() and (partial_path(out) / "progress" / "00000000.npz").exists()

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data import store
-from jepa_cli.errors import InputError
+from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
 
 PARTIAL_SUFFIX = ".partial"
 JOB_FILE = "job.json"
@@ -148,6 +148,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     `on_log(message)` says when a partial output is discarded or a damaged unit recomputed.
     """
     log = on_log or (lambda message: None)
+    mark = signal_mark()
     import jax
 
     if pool not in POOLS:
@@ -196,6 +197,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     for i, (a, b) in enumerate(units):
         if i in done:
             continue
+        raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: stop at a unit's edge
         raw = store.read(inputs, slice(a, b))
         parts = []
         pending = None
@@ -232,6 +234,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
         class_names=list(src_attrs.get("class_names") or []), source=str(source), split=src_attrs.get("split"),
         num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {}))
     store.write_group(tmp, attrs)
+    raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed (progress kept)
     shutil.rmtree(progress, ignore_errors=True)
     (tmp / JOB_FILE).unlink(missing_ok=True)
     store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
