@@ -74,7 +74,8 @@ def completed_since(mark: int) -> list[str]:
     return _completed[mark:]
 
 
-def received_signal() -> int | None:
-    """The last SIGINT/SIGTERM number the handlers saw, else None. A signal landing inside a C
-    extension's import turns into an ImportError that no longer says it was a signal; this does."""
-    return _received[-1] if _received else None
+def received_signal(since: int = 0) -> int | None:
+    """The last SIGINT/SIGTERM number the handlers saw after the bookmark `since` (`signal_mark`), else
+    None. A signal landing inside a C extension's import turns into an ImportError that no longer says
+    it was a signal; this does."""
+    return _received[-1] if _received[since:] else None

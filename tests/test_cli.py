@@ -131,3 +131,16 @@ def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_pat
     from jepa_cli.data import store
 
     assert store.read_array(out / "inputs").shape == (1797, 8, 8, 1)
+
+
+def test_a_signal_an_earlier_command_in_the_process_received_does_not_stop_a_later_one(run_cli):
+    """In one process (a notebook, the test suite) a SIGTERM that reached an earlier command is that
+    command's: `--help` (click's Exit) afterwards still exits 0, not 143."""
+    import signal
+
+    from jepa_cli.errors import Terminated, raise_terminated
+
+    with pytest.raises(Terminated):
+        raise_terminated(signal.SIGTERM, None)  # as a first command's handler did
+    result = run_cli("completion", "--help")
+    assert result.exit_code == 0 and "Usage: jepa completion" in result.stdout, result.stderr
