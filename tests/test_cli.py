@@ -133,6 +133,24 @@ def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_pat
     assert store.read_array(out / "inputs").shape == (1797, 8, 8, 1)
 
 
+def test_a_sigterm_after_a_picture_is_in_place_says_the_picture_is_whole(tmp_path):
+    code = ("import os, signal, sys\n"
+            "from jepa_cli.data import store\n"
+            "from jepa_cli.cli.main import cli\n"
+            "original = store.write_file\n"
+            "def write_then_signal(*args, **kwargs):\n"
+            "    original(*args, **kwargs)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)  # lands once the picture is in place\n"
+            "store.write_file = write_then_signal\n"
+            "cli.main(sys.argv[1:])\n")
+    png = tmp_path / "m.png"
+    result = subprocess.run([sys.executable, "-c", code, "mask", "--grid", "8x8", "--batch-size", "2", "--png", str(png)],
+                            capture_output=True, text=True)
+    assert result.returncode == 143
+    assert result.stderr.splitlines() == [f"jepa: error: terminated (SIGTERM) after {png} was written in full"]
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
 def test_a_signal_an_earlier_command_in_the_process_received_does_not_stop_a_later_one(run_cli):
     """In one process (a notebook, the test suite) a SIGTERM that reached an earlier command is that
     command's: `--help` (click's Exit) afterwards still exits 0, not 143."""

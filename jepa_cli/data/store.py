@@ -239,6 +239,7 @@ def write_file(path: str | os.PathLike, data: bytes, force: bool, magic: bytes, 
                                  "use --force to overwrite)") from None
             _check_replaceable_file(path, magic, what)
             os.replace(tmp, path)
+        note_completed(path)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
