@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The make runs see one CPU device, not the suite's 8 simulated ones: this file tests make's
+# orchestration, and a warm compilation cache deadlocked their 8-device all-reduces (cli/main.py,
+# compilation_cache_dir); one device keeps the suite's cache and compiles less.
+ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
 TINY_RECIPE = """
 objective = "ijepa"
 batch_size = 32
@@ -34,7 +38,7 @@ def _make(out: Path, recipe: Path, *extra: str, cwd: Path) -> subprocess.Complet
     return subprocess.run(["make", "--no-print-directory", "-f", str(ROOT / "recipes" / "quickstart.mk"),
                            f"OUT={out}", f"RECIPE={recipe}", f"JEPA={jepa}", f"PYTHON={sys.executable}", "STEPS=3",
                            "PROBE_TYPES=knn", "-j2",
-                           *extra], cwd=cwd, capture_output=True, text=True, env={**os.environ}, timeout=600)
+                           *extra], cwd=cwd, capture_output=True, text=True, env=ONE_DEVICE, timeout=600)
 
 
 @pytest.fixture(scope="module")
