@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -267,51 +268,47 @@ def test_bad_input_exits_2(trained, tmp_path, run_cli, monkeypatch):
     assert_user_error(run_cli("encode-latents", run, data, "-o", out), "has no encoder")
 
 
-def test_a_signal_whose_exception_a_callback_swallowed_stops_at_the_next_unit_and_keeps_the_partial(tmp_path):
-    """A SIGTERM landing in a callback whose errors Python only prints (JAX's garbage-collection hook)
-    loses its exception; the encoding still stops at the next unit's edge and never moves into place."""
+def _swallowed_sigterm_at(row: int) -> tuple[list[int], Callable[[int], None]]:
+    """(rows seen, an on_progress callback): at `row` rows the callback takes a SIGTERM whose exception
+    it swallows, as a callback whose errors Python only prints ("Exception ignored in": JAX's
+    garbage-collection hook) does."""
     import signal
 
     from jepa_cli.errors import Terminated, raise_terminated
-    from jepa_cli.evaluation.encode import encode_dataset, partial_path
 
-    data = image_dataset(tmp_path / "data.zarr", n=50)
-    seen = []
+    seen: list[int] = []
 
-    def swallow_a_sigterm_at_row_6(rows):
+    def on_progress(rows: int) -> None:
         seen.append(rows)
-        if sum(seen) == 6:
-            try:
-                raise_terminated(signal.SIGTERM, None)
-            except Terminated:  # what an "Exception ignored in" callback does with it
-                pass
-
-    out = tmp_path / "emb.zarr"
-    with pytest.raises(Terminated):
-        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=swallow_a_sigterm_at_row_6, **ENCODE_KW)
-    assert sum(seen) == 8  # the first unit (two 4-row chunks) finished, the second never started
-    assert not out.exists() and sorted(p.name for p in (partial_path(out) / "progress").iterdir()) == ["00000000.npz"]
-
-
-def test_a_swallowed_signal_in_the_last_unit_never_commits_the_output(tmp_path):
-    import signal
-
-    from jepa_cli.errors import Terminated, raise_terminated
-    from jepa_cli.evaluation.encode import encode_dataset, partial_path
-
-    data = image_dataset(tmp_path / "data.zarr", n=8)
-    seen = []
-
-    def swallow_a_sigterm_at_the_last_row(rows):
-        seen.append(rows)
-        if sum(seen) == 8:
+        if sum(seen) == row:
             try:
                 raise_terminated(signal.SIGTERM, None)
             except Terminated:
                 pass
 
+    return seen, on_progress
+
+
+def test_a_signal_whose_exception_a_callback_swallowed_stops_at_the_next_unit_and_keeps_the_partial(tmp_path):
+    from jepa_cli.errors import Terminated
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=50)
+    seen, on_progress = _swallowed_sigterm_at(6)
     out = tmp_path / "emb.zarr"
     with pytest.raises(Terminated):
-        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=swallow_a_sigterm_at_the_last_row,
-                       **ENCODE_KW)
+        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=on_progress, **ENCODE_KW)
+    assert sum(seen) == 8  # the first unit (two 4-row chunks) finished, the second never started
+    assert not out.exists() and sorted(p.name for p in (partial_path(out) / "progress").iterdir()) == ["00000000.npz"]
+
+
+def test_a_swallowed_signal_in_the_last_unit_never_commits_the_output(tmp_path):
+    from jepa_cli.errors import Terminated
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=8)  # one unit
+    _, on_progress = _swallowed_sigterm_at(8)
+    out = tmp_path / "emb.zarr"
+    with pytest.raises(Terminated):
+        encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=on_progress, **ENCODE_KW)
     assert not out.exists() and (partial_path(out) / "progress" / "00000000.npz").exists()
