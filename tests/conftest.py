@@ -16,7 +16,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # compilation_cache_dir: a step's all-reduces loaded from the cache can deadlock), and every test
 # process simulates 8; so the suite hands JAX the cache itself, as a user's own JAX_COMPILATION_CACHE_DIR
 # would, set before anything imports JAX. Without it the suite takes far longer. The risk it keeps:
-# CI starts from an empty cache, so only a program compiled twice in one run is ever loaded.
+# CI starts from an empty cache, so only a program compiled twice in one run is ever loaded. A rerun
+# of the suite loads them all: the `jepa` subprocesses whose step all-reduces over several devices
+# therefore run without it (test_multiprocess.py) or on one device (test_recipes_make.py).
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
 hand_cache_to_jax(os.environ, CACHE_DIR)
 os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)  # a `jepa` subprocess run on one device uses it too
