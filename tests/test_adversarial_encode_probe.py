@@ -83,6 +83,23 @@ def test_sigterm_during_encode_exits_143_keeps_the_partial_and_resumes_to_the_sa
     np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
 
 
+def test_encode_into_an_output_another_encode_is_writing_is_one_line_and_touches_nothing(run_and_data, tmp_path):
+    run, data = run_and_data
+    out = tmp_path / "emb.zarr"
+    partial = tmp_path / ".emb.zarr.partial"
+    holder = subprocess.Popen(  # a first encode-latents at work, as the kernel sees it: the partial, locked
+        [sys.executable, "-c", "import fcntl, os, time\n"
+         f"os.mkdir({str(partial)!r}); fd = os.open({str(partial)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        expect_refusal("encode-latents", run, data, "-o", out, "--mesh", "data=1", guard=[tmp_path],
+                       fragments=[f"{out}: another process is writing it now"])
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_probe_of_sets_from_different_runs_is_refused(tmp_path):
     rng = np.random.default_rng(0)
     sets = []

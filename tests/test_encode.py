@@ -312,3 +312,49 @@ def test_a_swallowed_signal_in_the_last_unit_never_commits_the_output(tmp_path):
     with pytest.raises(Terminated):
         encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_progress=on_progress, **ENCODE_KW)
     assert not out.exists() and (partial_path(out) / "progress" / "00000000.npz").exists()
+
+
+def test_a_second_writer_of_an_output_is_refused_while_a_live_process_holds_its_partial(tmp_path):
+    """Two encode-latents of one output at once: the second is refused and the first's partial output
+    is left as it was; once the first process is gone its partial is taken over (here: discarded)."""
+    from adversarial import snapshot
+
+    from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=16)
+    out = tmp_path / "emb.zarr"
+    partial = partial_path(out)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, time\n"  # what a first writer holds, as the kernel sees it
+         f"os.mkdir({str(partial)!r}); fd = os.open({str(partial)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         f"open({str(partial / 'job.json')!r}, 'w').write('the first writer is here')\n"
+         "print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        before = snapshot([tmp_path])
+        with pytest.raises(InputError, match=f"{out}: another process is writing it now"):
+            encode_dataset(data, out, stand_in_encoder, stand_in_params(), **ENCODE_KW)
+        assert snapshot([tmp_path]) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    logs = []
+    summary = encode_dataset(data, out, stand_in_encoder, stand_in_params(), on_log=logs.append, **ENCODE_KW)
+    assert summary["units_resumed"] == 0 and logs == [f"discarding the partial output {partial}: its job.json is damaged"]
+
+
+def test_a_symbolic_link_in_place_of_the_partial_output_is_refused_and_its_target_kept(tmp_path):
+    from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.encode import encode_dataset, partial_path
+
+    data = image_dataset(tmp_path / "data.zarr", n=8)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    out = tmp_path / "emb.zarr"
+    partial_path(out).symlink_to(mine)
+    with pytest.raises(InputError, match="is not a partial output"):
+        encode_dataset(data, out, stand_in_encoder, stand_in_params(), **ENCODE_KW)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"] and not out.exists()

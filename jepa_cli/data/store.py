@@ -307,6 +307,33 @@ def _directory_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def resumable_partial(partial: str | os.PathLike, final: str | os.PathLike) -> Iterator[Path]:
+    """Holds the resumable partial directory `partial` of the output `final` (encode-latents'
+    `.NAME.partial/`, kept across interruptions), created if needed, locked for the block. The kernel
+    drops the lock when the process dies, so a later run resumes what a killed one left; a file
+    system that cannot lock proceeds unlocked. InputError when a live process holds it: two writers
+    never share one partial output."""
+    partial, final = Path(partial), Path(final)
+    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+        raise InputError(f"{partial}: is not a partial output (a symbolic link or a file); remove it yourself "
+                         "or write to another output")
+    with _directory_lock(partial.parent):
+        partial.mkdir(exist_ok=True)
+        fd = os.open(partial, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"{final}: another process is writing it now (its partial output {partial} is in "
+                             "use); wait for it to finish, or write to another output") from None
+        except OSError:  # a file system without locks: proceed unlocked, as _directory_lock does
+            pass
+        yield partial
+    finally:
+        os.close(fd)
+
+
 def _raise_on_sigterm():
     """Turns SIGTERM into Terminated (a KeyboardInterrupt) so cleanup runs; returns the old handler
     (main thread only)."""

@@ -183,65 +183,66 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     job = dict(job or {}) | {"source": str(source.resolve()), "source_fingerprint": store.dataset_fingerprint(source),
                              "num_samples": n, "pool": pool, "sample_shape": list(sample_shape)}
     tmp = partial_path(output)
-    state = _open_partial(tmp, job, chunk_n, batch_size, unit_rows, log)
-    unit_rows, chunk_n = state["unit_rows"], state["chunk_n"]
-    units = [(a, min(a + unit_rows, n)) for a in range(0, n, unit_rows)]
-    progress = tmp / PROGRESS_DIR
-    unit_stats = {i: _read_unit(progress / f"{i:08d}.npz", log) for i in range(len(units))}
-    done = {i for i, stats in unit_stats.items() if stats is not None}
-    if on_start:
-        on_start(n, sum(units[i][1] - units[i][0] for i in done))
+    with store.resumable_partial(tmp, output):  # one writer per partial output
+        state = _open_partial(tmp, job, chunk_n, batch_size, unit_rows, log)
+        unit_rows, chunk_n = state["unit_rows"], state["chunk_n"]
+        units = [(a, min(a + unit_rows, n)) for a in range(0, n, unit_rows)]
+        progress = tmp / PROGRESS_DIR
+        unit_stats = {i: _read_unit(progress / f"{i:08d}.npz", log) for i in range(len(units))}
+        done = {i for i, stats in unit_stats.items() if stats is not None}
+        if on_start:
+            on_start(n, sum(units[i][1] - units[i][0] for i in done))
 
-    z_store = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
-        store.create_array(tmp / "inputs", (n,) + sample_shape, np.float32, chunk_n=chunk_n)
-    for i, (a, b) in enumerate(units):
-        if i in done:
-            continue
-        raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: stop at a unit's edge
-        raw = store.read(inputs, slice(a, b))
-        parts = []
-        pending = None
-        for s in range(0, b - a, batch_size):  # dispatch batch s, prepare s+1 while it runs
-            x = _prepare(raw[s:s + batch_size], transform, batch_size, modality)
-            real = min(batch_size, b - a - s)
-            out = step(placed, x)
-            if pending is not None:
-                parts.append(np.asarray(pending[0])[:pending[1]])
-                if on_progress:
-                    on_progress(pending[1])
-            pending = (out, real)
-        parts.append(np.asarray(pending[0])[:pending[1]])
-        if on_progress:
-            on_progress(pending[1])
-        z = np.concatenate(parts, axis=0)
-        z_store[a:b].write(z).result()
-        unit_stats[i] = chunk_stats(z)
-        count, mean, m2 = unit_stats[i]
-        marker = progress / f"{i:08d}.npz"
-        with open(progress / f".{i:08d}.tmp.npz", "wb") as fh:
-            np.savez(fh, count=np.int64(count), mean=mean, m2=m2)
-        os.replace(progress / f".{i:08d}.tmp.npz", marker)
+        z_store = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
+            store.create_array(tmp / "inputs", (n,) + sample_shape, np.float32, chunk_n=chunk_n)
+        for i, (a, b) in enumerate(units):
+            if i in done:
+                continue
+            raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: stop at a unit's edge
+            raw = store.read(inputs, slice(a, b))
+            parts = []
+            pending = None
+            for s in range(0, b - a, batch_size):  # dispatch batch s, prepare s+1 while it runs
+                x = _prepare(raw[s:s + batch_size], transform, batch_size, modality)
+                real = min(batch_size, b - a - s)
+                out = step(placed, x)
+                if pending is not None:
+                    parts.append(np.asarray(pending[0])[:pending[1]])
+                    if on_progress:
+                        on_progress(pending[1])
+                pending = (out, real)
+            parts.append(np.asarray(pending[0])[:pending[1]])
+            if on_progress:
+                on_progress(pending[1])
+            z = np.concatenate(parts, axis=0)
+            z_store[a:b].write(z).result()
+            unit_stats[i] = chunk_stats(z)
+            count, mean, m2 = unit_stats[i]
+            marker = progress / f"{i:08d}.npz"
+            with open(progress / f".{i:08d}.tmp.npz", "wb") as fh:
+                np.savez(fh, count=np.int64(count), mean=mean, m2=m2)
+            os.replace(progress / f".{i:08d}.tmp.npz", marker)
 
-    stats = None
-    for i in range(len(units)):
-        stats = unit_stats[i] if stats is None else merge_stats(stats, unit_stats[i])
-    shift, scale = shift_scale(stats)
-    labels_copied = (source / "labels").exists()
-    if labels_copied:
-        store.write_array(tmp / "labels", store.read_array(source / "labels"))
-    attrs = store.base_attributes(
-        "dataset", modality="latent", layout="ND" if len(sample_shape) == 1 else "NTD",
-        class_names=list(src_attrs.get("class_names") or []), source=str(source), split=src_attrs.get("split"),
-        num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {}))
-    store.write_group(tmp, attrs)
-    raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed (progress kept)
-    shutil.rmtree(progress, ignore_errors=True)
-    (tmp / JOB_FILE).unlink(missing_ok=True)
-    store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
-    return {"output": str(output), "num_samples": n, "shape": [n, *sample_shape], "pool": pool,
-            "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
-            "labels": labels_copied, "latent_shift_mean": float(np.mean(shift)),
-            "latent_scale_mean": float(np.mean(scale))}
+        stats = None
+        for i in range(len(units)):
+            stats = unit_stats[i] if stats is None else merge_stats(stats, unit_stats[i])
+        shift, scale = shift_scale(stats)
+        labels_copied = (source / "labels").exists()
+        if labels_copied:
+            store.write_array(tmp / "labels", store.read_array(source / "labels"))
+        attrs = store.base_attributes(
+            "dataset", modality="latent", layout="ND" if len(sample_shape) == 1 else "NTD",
+            class_names=list(src_attrs.get("class_names") or []), source=str(source), split=src_attrs.get("split"),
+            num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {}))
+        store.write_group(tmp, attrs)
+        raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed (progress kept)
+        shutil.rmtree(progress, ignore_errors=True)
+        (tmp / JOB_FILE).unlink(missing_ok=True)
+        store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
+        return {"output": str(output), "num_samples": n, "shape": [n, *sample_shape], "pool": pool,
+                "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
+                "labels": labels_copied, "latent_shift_mean": float(np.mean(shift)),
+                "latent_scale_mean": float(np.mean(scale))}
 
 
 def _read_unit(path: Path, log: Callable[[str], None]) -> tuple[int, np.ndarray, np.ndarray] | None:
@@ -282,8 +283,8 @@ def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int,
         else:
             why = "it was started by another job (run, step, weights, pool, layers or source differ)"
         log(f"discarding the partial output {tmp}: {why}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    for entry in tmp.iterdir():  # empties it; the directory stays, with this process's lock on it
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     if unit_rows is None:  # whole chunks, at least one batch
         unit_rows = -(-max(batch_size, chunk_n) // chunk_n) * chunk_n
     else:
