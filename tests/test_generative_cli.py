@@ -95,6 +95,30 @@ def test_sample_writes_a_labelled_uint8_dataset_with_its_parameters(trained, run
     assert (d / "s.png").read_bytes().startswith(store.PNG_MAGIC)
 
 
+def test_sample_png_shows_the_first_ten_samples_of_each_class_read_back_from_the_output(trained, run_cli):
+    from PIL import Image
+
+    from jepa_cli.sampling.run import grid_picture
+
+    d, _, run = trained
+    out, png = d / "grid.zarr", d / "grid.png"
+    r = run_cli("sample", run, "-n", "12", "--classes", "all", "-o", out, "--steps", "2", "--batch-size", "8",
+                "--mesh", "data=1", "--png", png, "-q")
+    assert r.exit_code == 0, r.stderr
+    labels = store.read_array(out / "labels")
+    assert len(labels) == 36 and sorted(set(labels.tolist())) == [0, 1, 2]
+    expected = grid_picture(store.read_array(out / "inputs"), labels)
+    assert expected.shape == (3 * 36, 10 * 36, 3)  # 3 classes x 10 tiles of 32 + 2x2 pixels of border
+    np.testing.assert_array_equal(np.asarray(Image.open(png)), expected)
+
+
+def test_sample_of_absurdly_many_is_refused_before_anything_of_that_size_exists(trained, run_cli):
+    d, _, run = trained
+    r = run_cli("sample", run, "-n", str(10**15), "-o", d / "huge.zarr", "--steps", "2")
+    assert_user_error(r, "huge.zarr: needs about", "pass a smaller")
+    assert not (d / "huge.zarr").exists()
+
+
 @pytest.mark.parametrize("args, fragment", [
     (("--class", "3"), "class 3 is not one the model knows"),
     (("--guidance-interval", "0.8,0.2"), "LO <= HI"),

@@ -85,7 +85,10 @@ def command(run, num, output, classes, all_classes, guidance_scale, guidance_int
         from jepa_cli.sampling.run import ascii_preview
 
         if summary["modality"] == "image":
-            labels = store.read_array(f"{output}/labels") if summary.get("classes") is not None else None
+            first = slice(0, 4)  # the rows shown, not all N
+            labels = store.read(store.open_array(f"{output}/labels"), first) \
+                if summary.get("classes") is not None else None
             Console(stderr=as_json, soft_wrap=True).print(
-                ascii_preview(store.read_array(f"{output}/inputs")[:4], labels), markup=False, highlight=False)
+                ascii_preview(store.read(store.open_array(f"{output}/inputs"), first), labels), markup=False,
+                highlight=False)
     emit(summary, as_json)

@@ -15,9 +15,11 @@ from jepa_cli.errors import InputError
 WEIGHTS = ("ema", "online")
 
 
-def resolve_labels(objective, n: int, classes: list[int] | None, all_classes: bool, run_dir) -> np.ndarray | None:
+def resolve_labels(objective, n: int, classes: list[int] | None, all_classes: bool, run_dir,
+                   check_count: Callable[[int], None] = lambda count: None) -> np.ndarray | None:
     """The label of every sample: n per class for --class C... or --classes all; without either,
-    n samples cycling over the classes (none for an unconditional model: None)."""
+    n samples cycling over the classes (none for an unconditional model: None). `check_count(N)`
+    sees the number of samples before anything of that size is allocated."""
     k = objective.config.num_classes
     if n < 1:
         raise InputError(f"-n must be >= 1, got {n}")
@@ -31,10 +33,12 @@ def resolve_labels(objective, n: int, classes: list[int] | None, all_classes: bo
         bad = [c for c in classes if not 0 <= c < k]
         if bad:
             raise InputError(f"class {bad[0]} is not one the model knows (0..{k - 1})")
+        check_count(n * len(classes))
         return np.repeat(np.asarray(classes, np.int32), n)
+    check_count(n)
     if k == 0:
         return None
-    return (np.arange(n) % k).astype(np.int32)
+    return (np.arange(n, dtype=np.int64) % k).astype(np.int32)
 
 
 def _class_names(record: dict, k: int) -> list[str]:
@@ -79,7 +83,11 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     if not getattr(OBJECTIVES.get(name), "generative", False):
         raise InputError(f"{run_dir}: objective {name!r} is not generative; sample a flow or diffusion run")
     config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback=lambda _s, message: log(message))
-    labels = resolve_labels(objective, n, classes, all_classes, run_dir)
+    data_dtype = objective.to_data(np.zeros((1, *objective.sample_shape), np.float32)).dtype
+    row_shape = tuple(objective.sample_shape)
+    chunk_n = store.chunk_rows(row_shape, data_dtype.itemsize)
+    labels = resolve_labels(objective, n, classes, all_classes, run_dir, check_count=lambda count: _check_room(
+        output, (count, *row_shape), data_dtype, chunk_n, batch_size))
     lo_hi = check_interval(objective, guidance_interval)
     if guidance_scale != 1.0 and objective.config.num_classes == 0:
         raise InputError(f"{run_dir}: the model is unconditional; --guidance-scale needs a class-conditional run")
@@ -94,14 +102,9 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         from jepa_cli.training.mesh import make_mesh
 
         mesh_obj = make_mesh(mesh)
-    from jepa_cli.sampling.sampler import sample_batches
-
     y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
-    x = sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
-                       interval=guidance_interval, seed=seed, batch_size=batch_size, mesh=mesh_obj,
-                       on_progress=on_progress)
-    data = objective.to_data(x)
     c = objective.config
+    data_shape = (len(y), *row_shape)
     sampling = {"n": n, "classes": sorted(set(labels.tolist())) if labels is not None else None,
                 "guidance_scale": guidance_scale,
                 "guidance_interval": None if guidance_interval is None else list(lo_hi), "sampler": sampler,
@@ -118,24 +121,44 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         extra.update(layout="ND" if len(objective.sample_shape) == 1 else "NTD",
                      latent_shift=[float(v) for v in shift], latent_scale=[float(v) for v in scale])
     attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),
-                                  source=f"jepa sample {run_dir}", split=None, num_samples=int(len(data)),
+                                  source=f"jepa sample {run_dir}", split=None, num_samples=len(y),
                                   sampling=sampling, provenance=provenance, **extra)
+    from jepa_cli.sampling.sampler import sample_batches
+
     with store.atomic_directory(output, force, "dataset", [run_dir], log) as tmp:
-        store.write_array(tmp / "inputs", data)
+        rows = store.RowWriter(store.create_array(tmp / "inputs", data_shape, data_dtype, chunk_n=chunk_n), chunk_n)
+        for x in sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
+                                interval=guidance_interval, seed=seed, batch_size=batch_size, mesh=mesh_obj,
+                                on_progress=on_progress):
+            rows.extend(objective.to_data(x))
+        rows.finish()
         if labels is not None:
             store.write_array(tmp / "labels", labels.astype(np.int32))
         store.write_group(tmp, attrs)
         if png is not None:
-            write_grid(png, data, labels, force)
-    out = {"output": str(output), "num_samples": int(len(data)), "shape": list(data.shape),
+            write_grid(png, rows.array, labels, force)
+    out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape),
            "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
     if png is not None:
         out["png"] = str(png)
     return out
 
 
+def _check_room(output: str | Path, data_shape: tuple[int, ...], dtype: np.dtype, chunk_n: int,
+                batch_size: int) -> None:
+    """InputError unless N samples of `data_shape[1:]` (`dtype`) fit on the disk of `output`, at their
+    raw size, and the sampling fits in memory: the labels (int32 [N]), a batch in model space
+    (float32, x3: the trajectory's state, its update and the converted copy) and a chunk of rows."""
+    n, row = data_shape[0], int(np.prod(data_shape[1:]))
+    disk = n * row * dtype.itemsize + 4 * n
+    memory = 4 * n + 3 * batch_size * row * 4 + chunk_n * row * dtype.itemsize
+    shape = "x".join(map(str, data_shape[1:]))
+    store.check_room(output, disk, memory, f"{n} samples of {shape} {dtype.name}, uncompressed; pass a smaller -n "
+                     "or write to another disk", "pass a smaller --batch-size or -n")
+
+
 def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 10, cell: int = 32) -> np.ndarray:
-    """uint8 [H, W, 3]: one row per class (its first `per_row` samples), or rows of `per_row`."""
+    """uint8 [H, W, 3]: one row per class (its first `per_row` samples); unlabelled: one row of the first."""
     from PIL import Image
 
     if labels is None:
@@ -155,14 +178,18 @@ def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 1
     return np.concatenate(rows, axis=0)
 
 
-def write_grid(path, data: np.ndarray, labels, force: bool) -> None:
-    """A PNG grid of image samples, one row per class (written atomically, store.write_file)."""
+def write_grid(path, samples, labels: np.ndarray | None, force: bool, per_row: int = 10) -> None:
+    """A PNG grid of image samples, one row per class (written atomically, store.write_file).
+    `samples`: the written [N, H, W, C] array (TensorStore); only the rows the grid shows are read."""
     from PIL import Image
 
+    shown = np.arange(min(per_row, int(samples.shape[0]))) if labels is None else \
+        np.sort(np.concatenate([np.flatnonzero(labels == k)[:per_row] for k in np.unique(labels)]))
+    data = np.stack([store.read(samples, slice(int(i), int(i) + 1))[0] for i in shown])
     if data.dtype != np.uint8 or data.ndim != 4:
         raise InputError("--png draws image samples; this run samples latents")
     buffer = io.BytesIO()
-    Image.fromarray(grid_picture(data, labels)).save(buffer, format="PNG")
+    Image.fromarray(grid_picture(data, None if labels is None else labels[shown], per_row)).save(buffer, format="PNG")
     store.write_file(path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
 
 

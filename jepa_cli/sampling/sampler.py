@@ -163,10 +163,11 @@ def jit_sampler(fn: Callable, mesh=None) -> Callable:
 
 def sample_batches(objective, params: Any, labels: np.ndarray, *, steps: int, sampler: str = "euler",
                    eta: float = 0.0, scale: float = 1.0, interval=None, seed: int = 0, batch_size: int = 64,
-                   mesh=None, on_progress: Callable[[int], None] | None = None) -> np.ndarray:
+                   mesh=None, on_progress: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
     """Samples for every label (the null class for an unconditional model), in batches of
     batch_size (rounded up to the data-parallel devices; the last batch padded); batch i uses the
-    key fold_in(PRNGKey(seed), i). Returns model-space float32 [N, *sample_shape]."""
+    key fold_in(PRNGKey(seed), i). Yields each batch's model-space float32 [b, *sample_shape] in
+    order (b = batch_size, fewer in the last), so that memory holds one batch, not N samples."""
     fn = jit_sampler(make_sampler(objective, steps=steps, sampler=sampler, eta=eta, scale=scale,
                                   interval=interval), mesh)
     if mesh is not None:
@@ -178,14 +179,12 @@ def sample_batches(objective, params: Any, labels: np.ndarray, *, steps: int, sa
     n = len(labels)
     batch_size = max(1, min(batch_size, n)) if mesh is None else batch_size
     base = jax.random.PRNGKey(seed)
-    out = []
     for i, a in enumerate(range(0, n, batch_size)):
         y = np.asarray(labels[a:a + batch_size], np.int32)
         real = len(y)
         if real < batch_size:
             y = np.concatenate([y, np.full(batch_size - real, objective.null_class, np.int32)])
         x = fn(params, jax.random.fold_in(base, i), y)
-        out.append(np.asarray(x)[:real])
+        yield np.asarray(x)[:real]
         if on_progress:
             on_progress(real)
-    return np.concatenate(out, axis=0)
