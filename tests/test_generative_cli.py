@@ -119,6 +119,89 @@ def test_sample_of_absurdly_many_is_refused_before_anything_of_that_size_exists(
     assert not (d / "huge.zarr").exists()
 
 
+class Interrupt(Exception):
+    pass
+
+
+SAMPLE_KW = dict(n=10, all_classes=True, steps=2, batch_size=4, mesh=None)  # 30 samples, batches of 4
+
+
+def test_an_interrupted_sample_resumes_to_the_bytes_of_an_uninterrupted_one(trained, tmp_path, monkeypatch):
+    from jepa_cli.data.resumable import partial_path
+    from jepa_cli.sampling import run as sampling_run
+
+    _, _, run = trained
+    monkeypatch.setattr(sampling_run.store, "chunk_rows", lambda shape, itemsize: 8)  # units of 2 batches
+    whole = sampling_run.sample_run(run, tmp_path / "whole.zarr", **SAMPLE_KW)
+    seen = []
+
+    def stop_in_the_third_unit(rows):
+        seen.append(rows)
+        if sum(seen) == 20:  # 5 batches drawn: units 0 and 1 written, unit 2 half done
+            raise Interrupt
+
+    out = tmp_path / "resumed.zarr"
+    with pytest.raises(Interrupt):
+        sampling_run.sample_run(run, out, on_progress=stop_in_the_third_unit, **SAMPLE_KW)
+    assert not out.exists() and sorted(p.name for p in (partial_path(out) / "progress").iterdir()) == \
+        ["00000000.npz", "00000001.npz"]
+    drawn = []
+    resumed = sampling_run.sample_run(run, out, on_progress=drawn.append, **SAMPLE_KW)
+    assert whole["samples_resumed"] == 0 and resumed["samples_resumed"] == 16 and sum(drawn) == 30 - 16
+    assert not partial_path(out).exists()
+    for name in ("inputs", "labels"):
+        np.testing.assert_array_equal(store.read_array(out / name), store.read_array(tmp_path / "whole.zarr" / name))
+    assert store.read_attributes(out) == store.read_attributes(tmp_path / "whole.zarr")
+
+
+def test_a_partial_sample_of_other_parameters_is_discarded_not_mixed(trained, tmp_path, monkeypatch):
+    from jepa_cli.data.resumable import partial_path
+    from jepa_cli.sampling import run as sampling_run
+
+    _, _, run = trained
+    monkeypatch.setattr(sampling_run.store, "chunk_rows", lambda shape, itemsize: 8)
+
+    seen = []
+
+    def stop_after_a_unit(rows):
+        seen.append(rows)
+        if sum(seen) >= 8:
+            raise Interrupt
+
+    out = tmp_path / "s.zarr"
+    with pytest.raises(Interrupt):
+        sampling_run.sample_run(run, out, on_progress=stop_after_a_unit, **SAMPLE_KW)
+    logs = []
+    other = sampling_run.sample_run(run, out, on_log=logs.append, **(SAMPLE_KW | {"seed": 1}))
+    fresh = sampling_run.sample_run(run, tmp_path / "fresh.zarr", **(SAMPLE_KW | {"seed": 1}))
+    assert other["samples_resumed"] == 0
+    assert logs == [f"discarding the partial output {partial_path(out)}: it was started by another job"]
+    np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "fresh.zarr" / "inputs"))
+
+
+def test_a_second_sample_into_an_output_being_written_is_refused(trained, tmp_path, run_cli):
+    import subprocess
+    import sys
+
+    from adversarial import snapshot
+
+    _, _, run = trained
+    partial = tmp_path / ".s.zarr.partial"
+    holder = subprocess.Popen(  # a first `jepa sample` at work, as the kernel sees it: the partial, locked
+        [sys.executable, "-c", "import fcntl, os, time\n"
+         f"os.mkdir({str(partial)!r}); fd = os.open({str(partial)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        before = snapshot([tmp_path])
+        r = run_cli("sample", run, "-n", "2", "-o", tmp_path / "s.zarr", "--steps", "2", "--mesh", "data=1")
+        assert_user_error(r, f"{tmp_path / 's.zarr'}: another process is writing it now")
+        assert snapshot([tmp_path]) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("args, fragment", [
     (("--class", "3"), "class 3 is not one the model knows"),
     (("--guidance-interval", "0.8,0.2"), "LO <= HI"),

@@ -251,12 +251,3 @@ def test_check_room_refuses_more_disk_than_is_free(tmp_path, monkeypatch):
 def test_format_bytes():
     assert [store.format_bytes(n) for n in (512, 1536, 3 << 30, 7 << 40)] == ["512 B", "1.5 KiB", "3.0 GiB", "7.0 TiB"]
 
-
-def test_row_writer_extend_writes_blocks_across_chunk_edges_as_one_array(tmp_path):
-    rows = np.arange(11 * 3, dtype=np.float32).reshape(11, 3)
-    writer = store.RowWriter(store.create_array(tmp_path / "a", (11, 3), np.float32, chunk_n=4), 4)
-    for block in (rows[:5], rows[5:6], rows[6:11]):  # 5, 1 and 5 rows into chunks of 4
-        writer.extend(block)
-    writer.finish()
-    assert writer.written == 11
-    np.testing.assert_array_equal(store.read_array(tmp_path / "a"), rows)

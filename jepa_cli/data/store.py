@@ -585,17 +585,6 @@ class RowWriter:
         if self.filled == len(self.buffer):
             self._flush()
 
-    def extend(self, rows: np.ndarray) -> None:
-        """Appends a block of rows [k, *row shape], a buffer's worth at a time."""
-        start = 0
-        while start < len(rows):
-            take = min(len(rows) - start, len(self.buffer) - self.filled)
-            self.buffer[self.filled:self.filled + take] = rows[start:start + take]
-            self.filled += take
-            start += take
-            if self.filled == len(self.buffer):
-                self._flush()
-
     def _flush(self) -> None:
         if self.filled:
             self.array[self.written:self.written + self.filled].write(self.buffer[:self.filled]).result()

@@ -11,40 +11,31 @@ Two layers:
   (`jepa_cli.training.run.load_run`), picks the target (EMA) or context encoder, builds the
   objective's evaluation transform and provenance, and calls `encode_dataset`.
 
-Resumability: the output is written into a hidden sibling `.NAME.zarr.partial/` whose `job.json`
-records what is being computed; rows are processed in units of whole zarr chunks, and after a unit
-is written its statistics (count, mean, M2 per channel, float64) land in `progress/UNIT.npz`.
-A rerun of the same job (same run, step, weights, pool, layers, and the same source content:
-`store.dataset_fingerprint`) skips the recorded units; a different job, or a source re-ingested
-meanwhile, discards the partial (reported through `on_log`). A damaged progress file is recomputed. When every unit is done, the statistics are merged in unit
-order (so interrupted and uninterrupted runs give identical attributes), labels are copied, the
-group metadata is written and the directory is renamed into place.
+Resumability (`jepa_cli.data.resumable`): rows are processed in units of whole zarr chunks, and
+after a unit is written its statistics (count, mean, M2 per channel, float64) are kept in its
+progress file. A rerun of the same job (same run, step, weights, pool, layers, and the same source
+content: `store.dataset_fingerprint`) skips the recorded units; a different job, or a source
+re-ingested meanwhile, discards the partial (reported through `on_log`). When every unit is done,
+the statistics are merged in unit order (so interrupted and uninterrupted runs give identical
+attributes), labels are copied, the group metadata is written and the directory is renamed into place.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import store
+from jepa_cli.data import resumable, store
+from jepa_cli.data.resumable import partial_path
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
 
-PARTIAL_SUFFIX = ".partial"
-JOB_FILE = "job.json"
-PROGRESS_DIR = "progress"
 POOLS = ("mean", "none")
 LAYERS = {"last": 1, "last4": 4}
 WEIGHTS = ("target", "context")
-
-
-def partial_path(output: str | os.PathLike) -> Path:
-    output = Path(output)
-    return output.with_name(f".{output.name}{PARTIAL_SUFFIX}")
 
 
 # -- the jitted, optionally sharded, encoding step ---------------------------------------------
@@ -184,11 +175,13 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
                              "num_samples": n, "pool": pool, "sample_shape": list(sample_shape)}
     tmp = partial_path(output)
     with store.resumable_partial(tmp, output):  # one writer per partial output
-        state = _open_partial(tmp, job, chunk_n, batch_size, unit_rows, log)
+        # units of whole chunks, at least one batch (a resume keeps the recorded layout)
+        unit_rows = -(-(unit_rows or max(batch_size, chunk_n)) // chunk_n) * chunk_n
+        state = resumable.open_partial(tmp, job, {"unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}, log,
+                                       changed=lambda known: _why_changed(known, job))
         unit_rows, chunk_n = state["unit_rows"], state["chunk_n"]
         units = [(a, min(a + unit_rows, n)) for a in range(0, n, unit_rows)]
-        progress = tmp / PROGRESS_DIR
-        unit_stats = {i: _read_unit(progress / f"{i:08d}.npz", log) for i in range(len(units))}
+        unit_stats = {i: _unit_stats(resumable.read_unit(tmp, i, log)) for i in range(len(units))}
         done = {i for i, stats in unit_stats.items() if stats is not None}
         if on_start:
             on_start(n, sum(units[i][1] - units[i][0] for i in done))
@@ -218,10 +211,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
             z_store[a:b].write(z).result()
             unit_stats[i] = chunk_stats(z)
             count, mean, m2 = unit_stats[i]
-            marker = progress / f"{i:08d}.npz"
-            with open(progress / f".{i:08d}.tmp.npz", "wb") as fh:
-                np.savez(fh, count=np.int64(count), mean=mean, m2=m2)
-            os.replace(progress / f".{i:08d}.tmp.npz", marker)
+            resumable.mark_unit(tmp, i, count=np.int64(count), mean=mean, m2=m2)
 
         stats = None
         for i in range(len(units)):
@@ -236,8 +226,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
             num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {}))
         store.write_group(tmp, attrs)
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed (progress kept)
-        shutil.rmtree(progress, ignore_errors=True)
-        (tmp / JOB_FILE).unlink(missing_ok=True)
+        resumable.finish(tmp)
         store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
         return {"output": str(output), "num_samples": n, "shape": [n, *sample_shape], "pool": pool,
                 "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
@@ -245,54 +234,24 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
                 "latent_scale_mean": float(np.mean(scale))}
 
 
-def _read_unit(path: Path, log: Callable[[str], None]) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """A finished unit's (count, mean, M2), or None when it is not done; a damaged progress file
-    (truncated, garbage) is removed and reported, so that its unit is encoded again."""
-    if not path.exists():
-        return None
+def _unit_stats(kept: dict[str, np.ndarray] | None) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """A finished unit's (count, mean, M2) from what `resumable.mark_unit` kept, or None (not done,
+    or kept values that do not fit: the unit is encoded again)."""
     try:
-        with np.load(path, allow_pickle=False) as f:
-            stats = (int(f["count"]), np.asarray(f["mean"], np.float64), np.asarray(f["m2"], np.float64))
-        if stats[1].shape != stats[2].shape or stats[1].ndim != 1:
-            raise ValueError("mean and M2 disagree")
-        return stats
-    except Exception:  # noqa: BLE001 - any unreadable marker means "not done"
-        path.unlink(missing_ok=True)
-        log(f"{path}: damaged progress file removed; its samples are encoded again")
+        stats = (int(kept["count"]), np.asarray(kept["mean"], np.float64), np.asarray(kept["m2"], np.float64))
+    except (TypeError, KeyError, ValueError):
         return None
+    return stats if stats[1].shape == stats[2].shape and stats[1].ndim == 1 else None
 
 
-def _open_partial(tmp: Path, job: dict[str, Any], chunk_n: int, batch_size: int, unit_rows: int | None,
-                  log: Callable[[str], None]):
-    """Reuses a partial output of the same job, or starts a fresh one; returns its layout."""
-    job_path = tmp / JOB_FILE
-    if job_path.exists():
-        try:
-            recorded = json.loads(job_path.read_text())
-        except ValueError:
-            recorded = {}
-        if isinstance(recorded, dict) and recorded.get("job") == json.loads(json.dumps(job)):
-            return recorded
-        known = recorded.get("job") if isinstance(recorded, dict) else None
-        if not isinstance(known, dict):
-            why = "its job.json is damaged"
-        elif known.get("source_fingerprint") not in (None, job["source_fingerprint"]) and \
-                {k: v for k, v in known.items() if k != "source_fingerprint"} == \
-                {k: v for k, v in json.loads(json.dumps(job)).items() if k != "source_fingerprint"}:
-            why = f"{job['source']} changed since it was started"
-        else:
-            why = "it was started by another job (run, step, weights, pool, layers or source differ)"
-        log(f"discarding the partial output {tmp}: {why}")
-    for entry in tmp.iterdir():  # empties it; the directory stays, with this process's lock on it
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    if unit_rows is None:  # whole chunks, at least one batch
-        unit_rows = -(-max(batch_size, chunk_n) // chunk_n) * chunk_n
-    else:
-        unit_rows = -(-unit_rows // chunk_n) * chunk_n
-    (tmp / PROGRESS_DIR).mkdir(parents=True)
-    record = {"job": job, "unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}
-    job_path.write_text(json.dumps(record, indent=2))
-    return record
+def _why_changed(known: dict[str, Any], job: dict[str, Any]) -> str:
+    """Why a recorded encoding job differs from this one."""
+    job = json.loads(json.dumps(job))
+    if known.get("source_fingerprint") not in (None, job["source_fingerprint"]) and \
+            {k: v for k, v in known.items() if k != "source_fingerprint"} == \
+            {k: v for k, v in job.items() if k != "source_fingerprint"}:
+        return f"{job['source']} changed since it was started"
+    return "it was started by another job (run, step, weights, pool, layers or source differ)"
 
 
 # -- from a training run -------------------------------------------------------------------------

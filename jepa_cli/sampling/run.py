@@ -9,8 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import store
-from jepa_cli.errors import InputError
+from jepa_cli.data import resumable, store
+from jepa_cli.data.resumable import partial_path
+from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
 
 WEIGHTS = ("ema", "online")
 
@@ -59,6 +60,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     """Samples RUN into the dataset `output`; returns a summary. Everything is checked before
     anything is written."""
     log = on_log or (lambda message: None)
+    mark = signal_mark()
     from jepa_cli.sampling.sampler import SAMPLERS, check_interval
     from jepa_cli.training.run import load_run, params_sha256, read_run
 
@@ -123,21 +125,46 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),
                                   source=f"jepa sample {run_dir}", split=None, num_samples=len(y),
                                   sampling=sampling, provenance=provenance, **extra)
-    from jepa_cli.sampling.sampler import sample_batches
+    from jepa_cli.sampling.sampler import sample_batches, sampling_batch_size
 
-    with store.atomic_directory(output, force, "dataset", [run_dir], log) as tmp:
-        rows = store.RowWriter(store.create_array(tmp / "inputs", data_shape, data_dtype, chunk_n=chunk_n), chunk_n)
-        for x in sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
-                                interval=guidance_interval, seed=seed, batch_size=batch_size, mesh=mesh_obj,
-                                on_progress=on_progress):
-            rows.extend(objective.to_data(x))
-        rows.finish()
+    # Units of whole batches (batch i always holds the same rows and key), at least a chunk's rows.
+    per_batch = sampling_batch_size(len(y), batch_size, mesh_obj)
+    batches = -(-len(y) // per_batch)
+    job = {"run": provenance["run"], "step": ckpt_step, "params_sha256": provenance["params_sha256"],
+           "sampling": sampling, "rows_per_batch": per_batch, "shape": list(data_shape), "dtype": data_dtype.name}
+    tmp = partial_path(output)
+    with store.resumable_partial(tmp, output):  # one writer per partial output
+        layout = resumable.open_partial(tmp, job, {"batches_per_unit": -(-chunk_n // per_batch), "chunk_n": chunk_n},
+                                        log)
+        per_unit, chunk_n = layout["batches_per_unit"], layout["chunk_n"]
+        units = range(-(-batches // per_unit))
+        done = {u for u in units if resumable.read_unit(tmp, u, log) is not None}
+        samples = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
+            store.create_array(tmp / "inputs", data_shape, data_dtype, chunk_n=chunk_n)
+        todo = [i for i in range(batches) if i // per_unit not in done]
+        parts: list[np.ndarray] = []
+        for i, x in sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
+                                   interval=guidance_interval, seed=seed, batch_size=per_batch, mesh=mesh_obj,
+                                   batches=todo, on_progress=on_progress):
+            parts.append(objective.to_data(x))
+            if i + 1 == batches or (i + 1) % per_unit == 0:  # the unit's last batch: write it, then record it
+                first = (i // per_unit) * per_unit * per_batch
+                block = np.concatenate(parts)
+                samples[first:first + len(block)].write(block).result()
+                resumable.mark_unit(tmp, i // per_unit)
+                parts = []
+                raise_if_signalled_since(mark)  # a signal a callback swallowed: stop at a unit's edge
         if labels is not None:
             store.write_array(tmp / "labels", labels.astype(np.int32))
         store.write_group(tmp, attrs)
         if png is not None:
-            write_grid(png, rows.array, labels, force)
+            write_grid(png, samples, labels, force)
+        raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed
+        resumable.finish(tmp)
+        store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
     out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape),
+           "samples_resumed": sum(min(len(y), (u + 1) * per_unit * per_batch) - u * per_unit * per_batch
+                                  for u in done),
            "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
     if png is not None:
         out["png"] = str(png)

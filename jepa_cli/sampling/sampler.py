@@ -16,7 +16,7 @@ c = eta sigma_s sqrt(1 - SNR_t / SNR_s); on the linear flow path with eta 0 it i
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -161,30 +161,40 @@ def jit_sampler(fn: Callable, mesh=None) -> Callable:
     return jax.jit(fn, in_shardings=(rep, rep, batch), out_shardings=batch)
 
 
+def sampling_batch_size(n: int, batch_size: int, mesh=None) -> int:
+    """Samples per jitted trajectory: `batch_size` rounded up to the mesh's data-parallel devices
+    (the last batch is padded), or at most n without a mesh. Idempotent."""
+    if mesh is None:
+        return max(1, min(batch_size, n))
+    dp = int(mesh.shape["data"] * mesh.shape["fsdp"])
+    return -(-batch_size // dp) * dp
+
+
 def sample_batches(objective, params: Any, labels: np.ndarray, *, steps: int, sampler: str = "euler",
                    eta: float = 0.0, scale: float = 1.0, interval=None, seed: int = 0, batch_size: int = 64,
-                   mesh=None, on_progress: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
+                   mesh=None, batches: Iterable[int] | None = None,
+                   on_progress: Callable[[int], None] | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """Samples for every label (the null class for an unconditional model), in batches of
-    batch_size (rounded up to the data-parallel devices; the last batch padded); batch i uses the
-    key fold_in(PRNGKey(seed), i). Yields each batch's model-space float32 [b, *sample_shape] in
-    order (b = batch_size, fewer in the last), so that memory holds one batch, not N samples."""
+    `sampling_batch_size(N, batch_size, mesh)` rows; batch i holds rows [i B, (i + 1) B) and uses
+    the key fold_in(PRNGKey(seed), i), so any batch can be drawn alone (a resumed output). Yields
+    (i, model-space float32 [b, *sample_shape]) for each batch in `batches` (default: all), in that
+    order (b = B, fewer in the last), so that memory holds one batch, not N samples."""
     fn = jit_sampler(make_sampler(objective, steps=steps, sampler=sampler, eta=eta, scale=scale,
                                   interval=interval), mesh)
+    n = len(labels)
+    batch_size = sampling_batch_size(n, batch_size, mesh)
     if mesh is not None:
-        dp = int(mesh.shape["data"] * mesh.shape["fsdp"])
-        batch_size = -(-batch_size // dp) * dp
         from jepa_cli.training.mesh import replicated
 
         params = jax.device_put(params, replicated(mesh))
-    n = len(labels)
-    batch_size = max(1, min(batch_size, n)) if mesh is None else batch_size
     base = jax.random.PRNGKey(seed)
-    for i, a in enumerate(range(0, n, batch_size)):
+    for i in range(-(-n // batch_size)) if batches is None else batches:
+        a = i * batch_size
         y = np.asarray(labels[a:a + batch_size], np.int32)
         real = len(y)
         if real < batch_size:
             y = np.concatenate([y, np.full(batch_size - real, objective.null_class, np.int32)])
         x = fn(params, jax.random.fold_in(base, i), y)
-        yield np.asarray(x)[:real]
+        yield i, np.asarray(x)[:real]
         if on_progress:
             on_progress(real)
