@@ -175,10 +175,12 @@ def _check_room(output: str | Path, data_shape: tuple[int, ...], dtype: np.dtype
                 batch_size: int) -> None:
     """InputError unless N samples of `data_shape[1:]` (`dtype`) fit on the disk of `output`, at their
     raw size, and the sampling fits in memory: the labels (int32 [N]), a batch in model space
-    (float32, x3: the trajectory's state, its update and the converted copy) and a chunk of rows."""
+    (float32, x3: the trajectory's state, its update and the converted copy) and a unit of whole
+    batches of at least a chunk's rows, twice (its batches and their concatenation)."""
     n, row = data_shape[0], int(np.prod(data_shape[1:]))
+    unit_rows = -(-chunk_n // batch_size) * batch_size
     disk = n * row * dtype.itemsize + 4 * n
-    memory = 4 * n + 3 * batch_size * row * 4 + chunk_n * row * dtype.itemsize
+    memory = 4 * n + 3 * batch_size * row * 4 + 2 * unit_rows * row * dtype.itemsize
     shape = "x".join(map(str, data_shape[1:]))
     store.check_room(output, disk, memory, f"{n} samples of {shape} {dtype.name}, uncompressed; pass a smaller -n "
                      "or write to another disk", "pass a smaller --batch-size or -n")
