@@ -414,3 +414,17 @@ def test_the_abstract_state_has_the_initial_states_shapes_with_or_without_abstra
     for abstract in (abstract_state(objective, tx), abstract_state(objective, tx, abstract_params)):
         assert jax.tree.map(lambda a: (a.shape, a.dtype), abstract) == want
     assert len(jax.tree.leaves(state)) == 125  # params, encoder EMA, Adam moments, counts, step, rng
+
+
+def test_a_process_other_than_0_takes_process_0s_decision_on_run_and_never_looks_itself(tmp_path):
+    """In a multi-process launch process 0 may already have written RUN/run.json when another process
+    gets going; that process must not refuse RUN as "written meanwhile" (it then left process 0 waiting
+    in orbax's first barrier forever): it follows the mode process 0 checked under the lock."""
+    from jepa_cli.training.loop import _lock_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"written": "by process 0, after the plans were made"}')
+    lock, mode = _lock_run(run, main=False, planned="new", resume=False, force=False)
+    assert lock is None and mode == "new"
+    assert not (run / ".lock").exists()

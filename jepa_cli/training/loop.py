@@ -80,30 +80,43 @@ def _check_out_outside_data(out: Path, data: Path) -> None:
         raise InputError(f"{out}: --out is inside the dataset {data}; choose a run directory outside it")
 
 
-def _lock_run(out: Path, main: bool):
-    """Process 0 creates RUN if needed and locks it (run.RunLock); the other processes never write,
-    so they never lock, but they learn whether process 0 could and stop with it if not."""
+RUN_MODES = ("new", "resume", "force")  # what _check_run_dir finds
+
+
+def _lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool) -> tuple[Any, str]:
+    """Process 0 creates RUN if needed, locks it (run.RunLock) and, holding the lock, checks RUN
+    again (`_check_run_dir`: another trainer may have written it since `_plan` looked, as `planned`).
+    Returns (the lock, or None on the other processes, the mode). The other processes never write,
+    lock or look: they learn process 0's mode, or that it stopped, from one broadcast. (Each process
+    looking for itself raced: a process that looked after process 0 had written run.json refused the
+    run while process 0 waited for it in orbax's first barrier, forever.)"""
     import jax
 
     from jepa_cli.training.run import RunLock
 
-    lock, error = None, None
+    lock, error, mode = None, None, planned
     if main:
         try:
             out.mkdir(exist_ok=True)
             lock = RunLock(out)
             lock.acquire()
+            mode = _check_run_dir(out, resume, force)
+            if mode != planned and mode != "new":
+                raise InputError(f"{out}: another process wrote a run here meanwhile; check it, then rerun")
         except InputError as exc:
-            lock, error = None, exc
+            error = exc
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        locked = bool(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
-        if not locked and error is None:
-            error = InputError(f"{out}: process 0 could not lock the run (see its error)")
+        code = int(multihost_utils.broadcast_one_to_all(np.int32(-1 if error else RUN_MODES.index(mode))))
+        if code < 0 and error is None:
+            error = InputError(f"{out}: process 0 could not lock or check the run (see its error)")
+        mode = RUN_MODES[max(code, 0)]
     if error is not None:
+        if lock is not None:
+            lock.release()
         raise error
-    return lock
+    return lock, mode
 
 
 def _trace_step(step_fn: Callable, abstract: Any, state_sh: Any, batch_spec: dict[str, Any], objective: str) -> None:
@@ -263,9 +276,9 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
         cb = Callbacks()
     plan = _plan(config, objective, resume, force)
     created = main and not plan.out.exists()
-    lock = _lock_run(plan.out, main)
+    lock, mode = _lock_run(plan.out, main, plan.mode, resume, force)
     try:
-        return _train_locked(config, plan, cb, main, resume, force)
+        return _train_locked(config, plan, mode, cb, main)
     finally:
         if lock is not None:
             lock.release()
@@ -422,9 +435,8 @@ def _restore(plan: _Plan, config: TrainConfig, cb: Callbacks, main: bool):
     return ckpts, TrainState.from_dict(restored), data_state, int(step)
 
 
-def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, resume: bool,
-                  force: bool) -> dict[str, Any]:
-    """The part of train() that runs holding RUN's lock: restore or clear RUN, then train."""
+def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, main: bool) -> dict[str, Any]:
+    """The part of train() that runs holding RUN's lock: restore (`mode` "resume") or clear RUN, then train."""
     import jax
 
     from jepa_cli.training.checkpoint import Checkpoints
@@ -433,10 +445,6 @@ def _train_locked(config: TrainConfig, plan: _Plan, cb: Callbacks, main: bool, r
     from jepa_cli.training.state import init_state
 
     out, lengths, objective, tx = plan.out, plan.lengths, plan.objective, plan.tx
-    # Again, under the lock: another trainer may have written RUN since _plan looked.
-    mode = _check_run_dir(out, resume, force)
-    if mode != plan.mode and mode != "new":
-        raise InputError(f"{out}: another process wrote a run here meanwhile; check it, then rerun")
     ckpts = None
     state = None
     data_state: dict[str, Any] = {}
