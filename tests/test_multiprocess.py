@@ -67,8 +67,11 @@ def _train_until_terminated(processes: list[subprocess.Popen], run: Path, step: 
     """Waits until RUN has logged `step`, sends SIGTERM to every process, returns (code, stderr)."""
     deadline = time.monotonic() + 240
     while not any(r["step"] >= step for r in _rows(run)):
-        assert all(p.poll() is None for p in processes), [p.communicate()[1].decode()[-2000:] for p in processes]
-        assert time.monotonic() < deadline, "the run logged nothing in 240 s"
+        if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
+            for p in processes:  # never leave a hung process behind; show what each said
+                p.kill()
+            pytest.fail(f"step {step} not logged in 240 s or a process ended: "
+                        f"{[(p.wait(), p.communicate()[1].decode()[-2000:]) for p in processes]}")
         time.sleep(0.2)
     for p in processes:
         p.send_signal(signal.SIGTERM)
