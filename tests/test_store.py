@@ -250,4 +250,3 @@ def test_check_room_refuses_more_disk_than_is_free(tmp_path, monkeypatch):
 
 def test_format_bytes():
     assert [store.format_bytes(n) for n in (512, 1536, 3 << 30, 7 << 40)] == ["512 B", "1.5 KiB", "3.0 GiB", "7.0 TiB"]
-

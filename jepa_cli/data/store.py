@@ -309,18 +309,22 @@ def _directory_lock(path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def resumable_partial(partial: str | os.PathLike, final: str | os.PathLike) -> Iterator[Path]:
-    """Holds the resumable partial directory `partial` of the output `final` (encode-latents'
-    `.NAME.partial/`, kept across interruptions), created if needed, locked for the block. The kernel
+    """Holds the resumable partial directory `partial` of the output `final` (the `.NAME.partial/` of
+    encode-latents and sample, kept across interruptions), created if needed, locked for the block. The kernel
     drops the lock when the process dies, so a later run resumes what a killed one left; a file
     system that cannot lock proceeds unlocked. InputError when a live process holds it: two writers
     never share one partial output."""
     partial, final = Path(partial), Path(final)
-    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
-        raise InputError(f"{partial}: is not a partial output (a symbolic link or a file); remove it yourself "
+    refusal = InputError(f"{partial}: is not a partial output (a symbolic link or a file); remove it yourself "
                          "or write to another output")
+    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+        raise refusal
     with _directory_lock(partial.parent):
         partial.mkdir(exist_ok=True)
-        fd = os.open(partial, os.O_RDONLY)
+        try:  # never through a link that appeared since the check
+            fd = os.open(partial, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            raise refusal from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
