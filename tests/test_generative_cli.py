@@ -145,9 +145,11 @@ def test_an_interrupted_sample_resumes_to_the_bytes_of_an_uninterrupted_one(trai
         sampling_run.sample_run(run, out, on_progress=stop_in_the_third_unit, **SAMPLE_KW)
     assert not out.exists() and sorted(p.name for p in (partial_path(out) / "progress").iterdir()) == \
         ["00000000.npz", "00000001.npz"]
-    drawn = []
-    resumed = sampling_run.sample_run(run, out, on_progress=drawn.append, **SAMPLE_KW)
+    drawn, started = [], []
+    resumed = sampling_run.sample_run(run, out, on_progress=drawn.append, on_start=lambda *a: started.append(a),
+                                      **SAMPLE_KW)
     assert whole["samples_resumed"] == 0 and resumed["samples_resumed"] == 16 and sum(drawn) == 30 - 16
+    assert started == [(30, 16)]
     assert not partial_path(out).exists()
     for name in ("inputs", "labels"):
         np.testing.assert_array_equal(store.read_array(out / name), store.read_array(tmp_path / "whole.zarr" / name))

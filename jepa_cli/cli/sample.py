@@ -71,10 +71,15 @@ def command(run, num, output, classes, all_classes, guidance_scale, guidance_int
 
     start = time.perf_counter()
     with progress_bar("sampling", None, "samples", quiet=quiet or as_json) as advance:
+        def on_start(total, drawn):
+            advance.set_total(total - drawn)  # the bar counts what this run draws
+            if drawn:
+                advance.log(f"resuming: {drawn} of {total} samples already drawn")
+
         summary = sample_run(run, output, n=num, classes=list(classes) or None, all_classes=all_classes == "all",
                              guidance_scale=guidance_scale, guidance_interval=guidance_interval, sampler=sampler,
                              steps=steps, eta=eta, seed=seed, step=step, weights=weights, batch_size=batch_size,
-                             mesh=mesh, force=force, png=png_path, on_progress=advance,
+                             mesh=mesh, force=force, png=png_path, on_progress=advance, on_start=on_start,
                              on_log=lambda message: warn(message, quiet))
     seconds = time.perf_counter() - start
     summary["seconds"] = round(seconds, 3)

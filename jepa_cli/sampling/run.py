@@ -56,9 +56,11 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
                sampler: str = "euler", steps: int = 32, eta: float = 0.0, seed: int = 0, step: int | None = None,
                weights: str = "ema", batch_size: int = 64, mesh: str | None = "data=-1,fsdp=1", force: bool = False,
                png: str | Path | None = None, on_progress: Callable[[int], None] | None = None,
+               on_start: Callable[[int, int], None] | None = None,
                on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Samples RUN into the dataset `output`; returns a summary. Everything is checked before
-    anything is written."""
+    anything is written. `on_start(N, already drawn)` comes once the work is known (a resumed output
+    has samples drawn); `on_progress(samples)` after each batch drawn."""
     log = on_log or (lambda message: None)
     mark = signal_mark()
     from jepa_cli.sampling.sampler import SAMPLERS, check_interval
@@ -139,6 +141,9 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         per_unit, chunk_n = layout["batches_per_unit"], layout["chunk_n"]
         units = range(-(-batches // per_unit))
         done = {u for u in units if resumable.read_unit(tmp, u, log) is not None}
+        resumed = sum(min(len(y), (u + 1) * per_unit * per_batch) - u * per_unit * per_batch for u in done)
+        if on_start:
+            on_start(len(y), resumed)
         samples = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
             store.create_array(tmp / "inputs", data_shape, data_dtype, chunk_n=chunk_n)
         todo = [i for i in range(batches) if i // per_unit not in done]
@@ -163,8 +168,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         resumable.finish(tmp)
         store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
     out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape),
-           "samples_resumed": sum(min(len(y), (u + 1) * per_unit * per_batch) - u * per_unit * per_batch
-                                  for u in done),
+           "samples_resumed": resumed,
            "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
     if png is not None:
         out["png"] = str(png)
