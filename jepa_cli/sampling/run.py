@@ -139,9 +139,10 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         layout = resumable.open_partial(tmp, job, {"batches_per_unit": -(-chunk_n // per_batch), "chunk_n": chunk_n},
                                         log)
         per_unit, chunk_n = layout["batches_per_unit"], layout["chunk_n"]
+        unit_rows = per_unit * per_batch  # unit u holds rows [u unit_rows, (u + 1) unit_rows)
         units = range(-(-batches // per_unit))
         done = {u for u in units if resumable.read_unit(tmp, u, log) is not None}
-        resumed = sum(min(len(y), (u + 1) * per_unit * per_batch) - u * per_unit * per_batch for u in done)
+        resumed = sum(min(len(y), (u + 1) * unit_rows) - u * unit_rows for u in done)
         if on_start:
             on_start(len(y), resumed)
         samples = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
@@ -153,7 +154,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
                                    batches=todo, on_progress=on_progress):
             parts.append(objective.to_data(x))
             if i + 1 == batches or (i + 1) % per_unit == 0:  # the unit's last batch: write it, then record it
-                first = (i // per_unit) * per_unit * per_batch
+                first = (i // per_unit) * unit_rows
                 block = np.concatenate(parts)
                 samples[first:first + len(block)].write(block).result()
                 resumable.mark_unit(tmp, i // per_unit)
