@@ -85,8 +85,9 @@ class JepaGroup(click.Group):
         except KeyboardInterrupt:
             raise _Stopped(130) from None
         except Exception:
-            if received_signal(mark) is not None:  # e.g. an import interrupted inside a C extension
-                raise _Stopped(128 + received_signal(mark)) from None
+            signum = received_signal(mark)
+            if signum is not None:  # e.g. an import interrupted inside a C extension
+                raise _Stopped(128 + signum) from None
             raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
