@@ -45,7 +45,8 @@ def sha256_of(path: Path) -> str:
 
 
 def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.ndarray]]:
-    """{'encoder', 'predictor', 'target_encoder'} state dicts of a loaded official checkpoint."""
+    """{'encoder', 'predictor', 'target_encoder'} state dicts of a loaded official checkpoint; an
+    InputError naming the tensor for one that holds NaN or inf (a diverged run's weights)."""
     if not isinstance(checkpoint, Mapping):
         raise InputError(f"{source}: holds a {type(checkpoint).__name__}, not the dict of an I-JEPA checkpoint")
     missing = [k for k in ("encoder", "predictor", "target_encoder") if k not in checkpoint]
@@ -58,6 +59,12 @@ def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.n
         if not isinstance(part, Mapping) or not all(isinstance(v, np.ndarray) for v in part.values()):
             raise InputError(f"{source}: {key} is not a state dict of tensors")
         parts[key] = part
+    for key, part in parts.items():
+        for name, value in part.items():
+            if value.dtype.kind in "fc" and not np.isfinite(value).all():
+                bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+                raise InputError(f"{source}: {key} tensor {name} holds {bad} non-finite value(s) (NaN or inf) of "
+                                 f"{value.size}; a run needs finite weights")
     return parts
 
 
