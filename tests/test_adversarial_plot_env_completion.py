@@ -99,3 +99,22 @@ def test_completion_skips_a_folder_whose_name_is_not_utf8(tmp_path):
     result = run_jepa(cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().splitlines() == ["plain,runs/"]
+
+
+def test_info_json_of_a_dataset_whose_attributes_hold_nan_prints_null(tmp_path, run_cli):
+    import numpy as np
+
+    from jepa_cli.data import store
+
+    data = tmp_path / "d.zarr"
+    store.write_group(data, store.base_attributes("dataset", modality="latent", layout="ND", class_names=[],
+                                                  sampling={"eta": float("nan"), "scale": [float("inf"), 1.5]}))
+    store.write_array(data / "inputs", np.zeros((2, 3), np.float32))
+    r = run_cli("info", data, "--json")
+    assert r.exit_code == 0, r.stderr
+
+    def refuse(constant):
+        raise AssertionError(f"not JSON: {constant}")
+
+    described = json.loads(r.stdout, parse_constant=refuse)
+    assert described["attributes"]["sampling"] == {"eta": None, "scale": [None, 1.5]}

@@ -240,7 +240,12 @@ def test_a_second_sample_into_an_output_being_written_is_refused(trained, tmp_pa
     (("--class", "3"), "class 3 is not one the model knows"),
     (("--guidance-interval", "0.8,0.2"), "LO <= HI"),
     (("--guidance-interval", "0.1,2"), "outside the flow noise levels"),
-    (("--sampler", "ddim", "--eta", "-1", "--classes", "everything"), "--classes"),
+    (("--sampler", "ddim", "--classes", "everything"), "--classes"),
+    (("--sampler", "ddim", "--eta", "nan"), "--eta must be a number in [0, 1], got nan"),
+    (("--sampler", "ddim", "--eta", "-1"), "'--eta': -1.0 is not in the range 0.0<=x<=1.0"),
+    (("--sampler", "ddim", "--eta", "5"), "'--eta': 5.0 is not in the range 0.0<=x<=1.0"),
+    (("--guidance-scale", "1e30"), "'--guidance-scale': 1e+30 is not in the range 0.0<=x<=100.0"),
+    (("--guidance-scale", "nan"), "--guidance-scale must be a number in [0, 100], got nan"),
 ])
 def test_sample_refusals_are_one_line_and_write_nothing(trained, run_cli, args, fragment):
     d, _, run = trained
@@ -297,3 +302,57 @@ def test_classes_on_an_unconditional_model_are_refused():
         resolve_labels(obj, 5, None, True, "run")
     conditional = make_objective("flow", {"num_classes": 3})
     np.testing.assert_array_equal(resolve_labels(conditional, 4, None, False, "run"), [0, 1, 2, 0])
+
+
+def test_sample_force_replaces_an_earlier_sample_and_leaves_no_partial(trained, tmp_path, run_cli):
+    _, _, run = trained
+    out = tmp_path / "s.zarr"
+    args = ("sample", run, "-n", "2", "-o", out, "--steps", "2", "--mesh", "data=1", "-q")
+    assert run_cli(*args, "--seed", "1").exit_code == 0
+    r = run_cli(*args, "--seed", "2", "--force")
+    assert r.exit_code == 0, r.stderr
+    assert store.read_attributes(out)["sampling"]["seed"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+def test_sample_show_of_fewer_than_four_samples_previews_each(trained, tmp_path, run_cli):
+    _, _, run = trained
+    r = run_cli("sample", run, "-n", "2", "-o", tmp_path / "s.zarr", "--steps", "2", "--mesh", "data=1", "--show",
+                "-q")
+    assert r.exit_code == 0, r.stderr
+    assert [line for line in r.stdout.splitlines() if line.startswith("sample ")] == \
+        ["sample 0 (class 0)", "sample 1 (class 1)"]
+
+
+def test_sample_png_at_the_output_path_is_refused_before_sampling(trained, tmp_path, run_cli):
+    _, _, run = trained
+    out = tmp_path / "s.zarr"
+    r = run_cli("sample", run, "-n", "2", "-o", out, "--png", out, "--steps", "2")
+    assert_user_error(r, f"{out}: --png is or lies in the -o output")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_class_named_twice_is_sampled_n_times_not_2n(trained, tmp_path, run_cli):
+    _, _, run = trained
+    out = tmp_path / "s.zarr"
+    r = run_cli("sample", run, "-n", "2", "--class", "1", "--class", "1", "-o", out, "--steps", "2",
+                "--mesh", "data=1", "-q")
+    assert r.exit_code == 0, r.stderr
+    np.testing.assert_array_equal(store.read_array(out / "labels"), [1, 1])
+    assert store.read_attributes(out)["sampling"]["n"] == 2
+
+
+def test_non_finite_samples_are_refused_and_nothing_stays_on_disk(trained, tmp_path, monkeypatch):
+    from jepa_cli.errors import InputError
+    from jepa_cli.sampling import run as sampling_run
+    from jepa_cli.sampling import sampler
+
+    _, _, run = trained
+
+    def nan_batches(objective, params, labels, **kw):
+        yield 0, np.full((len(labels), *objective.sample_shape), np.nan, np.float32)
+
+    monkeypatch.setattr(sampler, "sample_batches", nan_batches)
+    with pytest.raises(InputError, match="batch 0 of the samples is not finite"):
+        sampling_run.sample_run(run, tmp_path / "s.zarr", n=2, steps=2, mesh=None)
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, progress_bar, warn
 from jepa_cli.cli.complete import complete_runs, complete_steps
+from jepa_cli.objectives.genconfig import ETA_RANGE, MAX_GUIDANCE_SCALE
 
 
 def _interval(ctx, param, value):
@@ -35,14 +36,15 @@ def _classes(ctx, param, value):
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="The dataset to write.")
 @click.option("--class", "classes", type=int, multiple=True, help="Class id to sample (repeatable).")
 @click.option("--classes", "all_classes", callback=_classes, default=None, help="'all': n samples of every class.")
-@click.option("--guidance-scale", type=float, default=1.0, show_default=True,
+@click.option("--guidance-scale", type=click.FloatRange(0.0, MAX_GUIDANCE_SCALE), default=1.0, show_default=True,
               help="Classifier-free guidance scale w (1: none).")
 @click.option("--guidance-interval", callback=_interval, default=None,
               help="LO,HI: guide only where the noise level (t for flow, sigma for diffusion) is in (LO, HI] "
                    "(default: the whole trajectory).")
 @click.option("--sampler", type=click.Choice(["euler", "heun", "ddim"]), default="euler", show_default=True,
               help="ODE sampler (euler/heun) or DDIM.")
-@click.option("--eta", type=float, default=0.0, show_default=True, help="DDIM stochasticity (0: deterministic).")
+@click.option("--eta", type=click.FloatRange(*ETA_RANGE), default=0.0, show_default=True,
+              help="DDIM stochasticity (0: deterministic, 1: DDPM's noise).")
 @click.option("--steps", type=int, default=32, show_default=True, help="Sampling steps.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
 @click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps,
@@ -90,7 +92,7 @@ def command(run, num, output, classes, all_classes, guidance_scale, guidance_int
         from jepa_cli.sampling.run import ascii_preview
 
         if summary["modality"] == "image":
-            first = slice(0, 4)  # the rows shown, not all N
+            first = slice(0, min(4, summary["num_samples"]))  # the rows shown, not all N
             labels = store.read(store.open_array(f"{output}/labels"), first) \
                 if summary.get("classes") is not None else None
             Console(stderr=as_json, soft_wrap=True).print(

@@ -7,6 +7,7 @@ A describer takes the path and its group attributes and returns a JSON-able dict
 from __future__ import annotations
 
 import importlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,20 @@ def describe(path: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot describe a {kind!r} (known: {', '.join(sorted(DESCRIBERS))})")
     module_name, func_name = DESCRIBERS[kind].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    return {"path": str(path), "kind": kind} | func(path, attrs)
+    return json_finite({"path": str(path), "kind": kind} | func(path, attrs))
+
+
+def json_finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float (held in attributes as JSON's non-standard NaN and
+    Infinity, which Python's json reads and writes) replaced by None, recursively: the description
+    is then valid JSON (`json.dumps(allow_nan=False)` accepts it)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_finite(item) for item in value]
+    return value
 
 
 def array_summary(path: Path) -> dict[str, Any]:

@@ -19,6 +19,13 @@ from jepa_cli.options import option
 MODALITIES = ("image", "latent")
 SCHEDULES = ("cosine", "edm")
 PREDICTIONS = ("eps", "x0", "v")
+# `jepa sample`'s ranges, here so that the CLI declares them without importing JAX. Guidance scales in
+# use lie in 1..10; far beyond, the amplified difference c - u swamps the prediction and every pixel
+# saturates (scale 1e30 gives all-black images), so 100 bounds it with room to spare.
+MAX_GUIDANCE_SCALE = 100.0
+# DDIM's eta (Song et al. 2021, eq. 16): 0 deterministic, 1 the DDPM posterior's noise; above 1 the
+# injected noise would exceed the step's whole noise budget sigma_s.
+ETA_RANGE = (0.0, 1.0)
 
 
 def _opt(default, help: str, flag: bool = True, applies: tuple[str, ...] = ("flow", "diffusion"),

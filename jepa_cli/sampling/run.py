@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,6 +13,7 @@ import numpy as np
 from jepa_cli.data import resumable, store
 from jepa_cli.data.resumable import partial_path
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
+from jepa_cli.objectives.genconfig import MAX_GUIDANCE_SCALE
 
 WEIGHTS = ("ema", "online")
 
@@ -31,6 +33,7 @@ def resolve_labels(objective, n: int, classes: list[int] | None, all_classes: bo
     if all_classes:
         classes = list(range(k))
     if classes:
+        classes = list(dict.fromkeys(classes))  # a class named twice is sampled once: n per class
         bad = [c for c in classes if not 0 <= c < k]
         if bad:
             raise InputError(f"class {bad[0]} is not one the model knows (0..{k - 1})")
@@ -73,13 +76,16 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if sampler not in SAMPLERS:
         raise InputError(f"unknown sampler {sampler!r} (choose from {', '.join(SAMPLERS)})")
-    if not (np.isfinite(guidance_scale) and guidance_scale >= 0):
-        raise InputError(f"--guidance-scale must be a number >= 0, got {guidance_scale}")
+    if not 0.0 <= guidance_scale <= MAX_GUIDANCE_SCALE:  # also NaN, which compares false
+        raise InputError(f"--guidance-scale must be a number in [0, {MAX_GUIDANCE_SCALE:g}], got {guidance_scale}")
     if batch_size < 1 or steps < 1:
         raise InputError("--batch-size and --steps must be >= 1")
-    store.check_output(output, force, "dataset", [run_dir])
+    output = store.check_output(output, force, "dataset", [run_dir])
     if png is not None:
-        store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
+        png = store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
+        if output.resolve() in (png.resolve(), *png.resolve().parents):  # moving the output in would clash
+            raise InputError(f"{png}: --png is or lies in the -o output {output}; give the picture a path of its own")
+        store.check_disjoint(png, [run_dir])
     record = read_run(run_dir)
     name = (record.get("config") or {}).get("objective")
     from jepa_cli.objectives import OBJECTIVES
@@ -152,6 +158,11 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         for i, x in sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
                                    interval=guidance_interval, seed=seed, batch_size=per_batch, mesh=mesh_obj,
                                    batches=todo, on_progress=on_progress):
+            if not np.isfinite(x).all():  # to_data would store NaN as black pixels: refuse, keep nothing
+                shutil.rmtree(tmp, ignore_errors=True)  # a rerun would draw the same values: nothing to resume
+                raise InputError(f"{output}: batch {i} of the samples is not finite (NaN or inf), nothing written; "
+                                 f"the {weights} weights of {run_dir} step {ckpt_step} or the settings "
+                                 f"(--guidance-scale {guidance_scale:g}, --eta {eta:g}) diverge")
             parts.append(objective.to_data(x))
             if i + 1 == batches or (i + 1) % per_unit == 0:  # the unit's last batch: write it, then record it
                 first = (i // per_unit) * unit_rows

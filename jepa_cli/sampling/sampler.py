@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jepa_cli.errors import InputError
+from jepa_cli.objectives.genconfig import ETA_RANGE
 
 SAMPLERS = ("euler", "heun", "ddim")
 
@@ -104,6 +105,9 @@ def make_sampler(objective, *, steps: int, sampler: str = "euler", eta: float = 
         raise InputError(f"unknown sampler {sampler!r} (choose from {', '.join(SAMPLERS)})")
     if steps < 1:
         raise InputError(f"--steps must be >= 1, got {steps}")
+    lo, hi = ETA_RANGE
+    if not lo <= eta <= hi:  # also NaN, which compares false
+        raise InputError(f"--eta must be a number in [{lo:g}, {hi:g}], got {eta}")
     if sampler != "ddim" and eta != 0.0:
         raise InputError("--eta applies to the ddim sampler")
     if sampler in ("euler", "heun") and objective.name == "diffusion" and objective.config.schedule == "cosine":
