@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from adversarial import ROOT, assert_one_error_line, damage_checkpoint, expect_refusal, run_jepa, snapshot
+from conftest import assert_user_error
 
 from jepa_cli.data import store
 from jepa_cli.training.config import build_config
@@ -169,7 +170,44 @@ def test_data_that_is_a_masks_file_is_refused(tmp_path):
 
 def test_out_inside_the_dataset_is_refused(toy_data, tmp_path):
     expect_refusal("train", *TOY, "--data", toy_data, "--out", toy_data / "run", "--steps", "1",
-                   guard=[toy_data], fragments=[str(toy_data / "run"), "inside the dataset"], env=TOY_ENV)
+                   guard=[toy_data], fragments=[str(toy_data / "run"), f"lies inside the input {toy_data}"],
+                   env=TOY_ENV)
+
+
+def _refused_in_process(run_cli, args: list, guard: list, *fragments: str) -> None:
+    """`jepa ARGS` run in this process exits 2 with one error line naming `fragments`; `guard` unchanged."""
+    before = snapshot(guard)
+    assert_user_error(run_cli(*map(str, args)), *fragments)
+    assert snapshot(guard) == before
+
+
+def test_tensorboard_inside_the_dataset_is_refused(run_cli, toy_data, tmp_path):
+    board = toy_data / "tb"
+    _refused_in_process(run_cli, ["train", *TOY, "--data", toy_data, "--out", tmp_path / "run", "--steps", "1",
+                                  "--tensorboard", board], [toy_data, tmp_path],
+                        str(board), f"lies inside the input {toy_data}")
+
+
+def test_out_inside_a_probe_data_set_is_refused(run_cli, toy_data, tmp_path):
+    probe = _write_images(tmp_path / "probe.zarr", 16, 8)
+    run = probe / "run"
+    _refused_in_process(run_cli, ["train", *TOY, "--data", toy_data, "--out", run, "--steps", "1",
+                                  "--probe-every", "1", "--probe-data", f"{probe},{probe}"], [tmp_path],
+                        str(run), f"lies inside the input {probe}")
+
+
+def test_tensorboard_naming_a_file_is_refused_before_run_is_created(run_cli, toy_data, tmp_path):
+    board = tmp_path / "events"
+    board.write_text("mine")
+    _refused_in_process(run_cli, ["train", *TOY, "--data", toy_data, "--out", tmp_path / "run", "--steps", "1",
+                                  "--tensorboard", board], [tmp_path],
+                        str(board), "names a file, not a folder")
+
+
+def test_resume_of_a_missing_run_without_data_says_the_run_does_not_exist(run_cli, tmp_path):
+    run = tmp_path / "missing"
+    _refused_in_process(run_cli, ["train", *TOY, "--resume", "--out", run, "--steps", "1"], [tmp_path],
+                        f"{run}: does not exist")
 
 
 # ---- damaged checkpoints ---------------------------------------------------------------------------------

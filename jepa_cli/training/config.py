@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -337,4 +338,10 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
             raise InputError(f"{out}: holds a {stored.get('objective')!r} run, not {name!r}")
         return build_config(merge(stored, toml_layer, env_values, cli_values))
     toml_layer = load_toml(toml_path) if toml_path else {}
-    return build_config(merge(toml_layer, env_values, cli_values))
+    values = merge(toml_layer, env_values, cli_values)
+    if resume and out and not values.get("data"):
+        # With --data, --resume of a missing RUN starts it (one command that starts or continues a run,
+        # as a requeued cluster job does); without, there is nothing to continue and nothing to start.
+        what = "does not exist" if not os.path.lexists(out) else "holds no run to resume (no run.json)"
+        raise InputError(f"{out}: {what}; check the path, or give --data to start a new run there")
+    return build_config(values)

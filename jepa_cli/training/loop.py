@@ -73,11 +73,21 @@ def _check_run_dir(out: Path, resume: bool, force: bool) -> str:
     raise InputError(f"{out}: already holds a run (use --resume to continue it or --force to replace it)")
 
 
-def _check_out_outside_data(out: Path, data: Path) -> None:
-    """RUN may not be the dataset nor lie inside it (a --force would delete the dataset's files)."""
-    out_r, data_r = out.resolve(), data.resolve()
-    if out_r == data_r or data_r in out_r.parents:
-        raise InputError(f"{out}: --out is inside the dataset {data}; choose a run directory outside it")
+def _check_outputs(config: TrainConfig) -> None:
+    """RUN and the --tensorboard folder may not be, contain or lie inside an input (the dataset, the
+    --probe-data sets): a --force would delete the dataset's files, event files would mix into it. An
+    existing --tensorboard that is not a folder is refused here, before RUN is created."""
+    from jepa_cli.data import store
+
+    inputs = [config.data]
+    if config.probe_data:
+        inputs += [p.strip() for p in config.probe_data.split(",") if p.strip()]
+    store.check_disjoint(config.out, inputs)
+    if config.tensorboard:
+        store.check_disjoint(config.tensorboard, inputs)
+        board = Path(config.tensorboard)
+        if os.path.lexists(board) and not board.is_dir():
+            raise InputError(f"{board}: --tensorboard names a file, not a folder; choose a folder for the event files")
 
 
 RUN_MODES = ("new", "resume", "force")  # what _check_run_dir finds
@@ -339,7 +349,7 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
                              "(docs/distributed.md)")
     out = Path(config.out)
     ds = check_dataset(config.data)
-    _check_out_outside_data(out, Path(config.data))
+    _check_outputs(config)
     lengths = resolve_lengths(config, ds["num_samples"])
     objective = _resolve_objective(config, ds, lengths, objective)
     check_modality(config.data, ds, objective, config.objective)
