@@ -12,7 +12,6 @@
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
 OUT ?= flow-digits
-JEPA ?= jepa
 PYTHON ?= python3
 SIZE ?= 16x16
 SPLIT_SEED ?= 0
@@ -26,35 +25,52 @@ SAMPLE_SEED ?= 0
 
 SETS := unguided guided interval
 GUIDANCE_unguided := --guidance-scale 1
-GUIDANCE_guided := --guidance-scale $(SCALE)
-GUIDANCE_interval := --guidance-scale $(SCALE) --guidance-interval $(INTERVAL)
+GUIDANCE_guided = --guidance-scale $(SCALE)
+GUIDANCE_interval = --guidance-scale $(SCALE) --guidance-interval $(INTERVAL)
+
+# The arguments of each command whose variables can change; recipes/common.mk reruns a target when
+# they differ from the last run's (OUT/.vars-<name>). The recipes are made absolute so that the same
+# file named from another directory is the same text.
+VARS := data-train data-test flow encoder $(foreach s,$(SETS),samples-$(s))
+VARS_data-train = ingest builtin:digits $(call q,$(OUT)/data-train.zarr) --size $(SIZE) --split train --seed $(SPLIT_SEED) --force -q
+VARS_data-test = ingest builtin:digits $(call q,$(OUT)/data-test.zarr) --size $(SIZE) --split test --seed $(SPLIT_SEED) --force -q
+VARS_flow = train --config $(call q,$(abspath $(FLOW_RECIPE))) --data $(call q,$(OUT)/data-train.zarr) --out $(call q,$(OUT)/flow) \
+            $(if $(STEPS),--steps $(STEPS)) --force --json -q
+VARS_encoder = train --config $(call q,$(abspath $(ENCODER_RECIPE))) --data $(call q,$(OUT)/data-train.zarr) \
+               --out $(call q,$(OUT)/encoder) --force --json -q
+SAMPLE = sample $(call q,$(OUT)/flow) -n $(SAMPLES) --classes all $(GUIDANCE_$(1)) --seed $(SAMPLE_SEED) \
+         -o $(call q,$(OUT)/samples-$(1).zarr) --force --json -q
+$(foreach s,$(SETS),$(eval VARS_samples-$(s) = $$(call SAMPLE,$(s))))
+PREREQ_FILES := FLOW_RECIPE ENCODER_RECIPE
+
+.DEFAULT_GOAL := all
+include $(HERE)common.mk
 
 .PHONY: all
 .DELETE_ON_ERROR:
 .SECONDARY:
 all: $(OUT)/table.txt
-	@cat $<
+	@cat $(call q,$<)
 
-$(OUT)/data-%.zarr/zarr.json:
-	@mkdir -p $(OUT)
-	$(JEPA) ingest builtin:digits $(OUT)/data-$*.zarr --size $(SIZE) --split $* --seed $(SPLIT_SEED) --force -q
+$(OUT)/data-%.zarr/zarr.json: $(OUT)/.vars-data-%
+	$(JEPA) $(VARS_data-$*)
 
-$(OUT)/flow.json: $(OUT)/data-train.zarr/zarr.json $(FLOW_RECIPE)
-	$(JEPA) train --config $(FLOW_RECIPE) --data $(OUT)/data-train.zarr --out $(OUT)/flow $(if $(STEPS),--steps $(STEPS)) --force --json -q > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/flow.json: $(OUT)/data-train.zarr/zarr.json $(FLOW_RECIPE) $(OUT)/.vars-flow
+	$(JEPA) $(VARS_flow) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
-$(OUT)/encoder.json: $(OUT)/data-train.zarr/zarr.json $(ENCODER_RECIPE)
-	$(JEPA) train --config $(ENCODER_RECIPE) --data $(OUT)/data-train.zarr --out $(OUT)/encoder --force --json -q > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/encoder.json: $(OUT)/data-train.zarr/zarr.json $(ENCODER_RECIPE) $(OUT)/.vars-encoder
+	$(JEPA) $(VARS_encoder) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
-$(OUT)/samples-%.json: $(OUT)/flow.json
-	$(JEPA) sample $(OUT)/flow -n $(SAMPLES) --classes all $(GUIDANCE_$*) --seed $(SAMPLE_SEED) -o $(OUT)/samples-$*.zarr --force --json -q > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/samples-%.json: $(OUT)/flow.json $(OUT)/.vars-samples-%
+	$(JEPA) $(VARS_samples-$*) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
 $(OUT)/fd-%.json: $(OUT)/samples-%.json $(OUT)/encoder.json $(OUT)/data-test.zarr/zarr.json
-	$(JEPA) fd $(OUT)/data-test.zarr $(OUT)/samples-$*.zarr --run $(OUT)/encoder --json > $@.tmp
-	@mv $@.tmp $@
+	$(JEPA) fd $(call q,$(OUT)/data-test.zarr) $(call q,$(OUT)/samples-$*.zarr) --run $(call q,$(OUT)/encoder) --json > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
 $(OUT)/table.txt: $(foreach s,$(SETS),$(OUT)/fd-$(s).json)
-	$(PYTHON) $(HERE)../scripts/fd_table.py --title "FD to the real test split in the I-JEPA encoder space (lower is closer)" $^ > $@.tmp
-	@mv $@.tmp $@
+	$(PYTHON) $(call q,$(HERE)../scripts/fd_table.py) --title "FD to the real test split in the I-JEPA encoder space (lower is closer)" $(foreach f,$^,$(call q,$(f))) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)

@@ -5,13 +5,17 @@
 #
 #   make -f recipes/quickstart.mk [OUT=demo] [STEPS=500] [SIZE=16x16] [MESH=data=-1,fsdp=1] [JEPA=jepa]
 #
+# JEPA defaults to ./.venv/bin/jepa (what `make demo` installs), else the checkout's .venv/bin/jepa,
+# else jepa on the PATH (recipes/common.mk).
 # One SOURCE is cut into a stratified 80/20 train/test split (SPLIT_SEED); TRAIN_SOURCE and
 # TEST_SOURCE name two sources instead (recipes/ijepa-in1k.mk). Every target is a file that appears
 # only when its command has succeeded: a dataset's zarr.json (jepa ingest renames the finished dataset
 # into place), or a command's --json result written to a temporary name and renamed. So make reruns
 # only what is stale (touch the recipe: both runs, the embeddings, the encoder probes and the table
-# rerun; the datasets and the raw probes stay) and an interrupted step never counts as done. Runs
-# from any directory; OUT is relative to it. RAW_PROBES= (empty) skips the probes of the raw inputs;
+# rerun; the datasets and the raw probes stay) and an interrupted step never counts as done. A
+# changed variable reruns the steps whose command it changes (SIZE: everything; STEPS: the pretrained
+# run and what follows; a run is replaced with --force, never resumed). Runs from any directory; OUT
+# is relative to it and may not hold spaces; SOURCE may. RAW_PROBES= (empty) skips the probes of the raw inputs;
 # PROBE_TYPES chooses among linear, knn and attentive.
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
@@ -21,7 +25,6 @@ TRAIN_SOURCE ?= $(SOURCE)
 TEST_SOURCE ?= $(SOURCE)
 TITLE ?= $(SOURCE) test split
 RECIPE ?= $(HERE)../jepa_cli/recipes/ijepa-digits-tiny.toml
-JEPA ?= jepa
 PYTHON ?= python3
 SIZE ?= 16x16
 SHAPE_FLAGS ?= --size $(SIZE)
@@ -31,57 +34,71 @@ STEPS ?=
 MESH ?=
 TRAIN_FLAGS ?=
 PROBE_FLAGS ?=
-
-SPLIT = $(if $(filter $(TRAIN_SOURCE),$(TEST_SOURCE)),--split $(1) --seed $(SPLIT_SEED))
-TRAIN := $(JEPA) train --config $(RECIPE) --data $(OUT)/data-train.zarr --force --json \
-         $(if $(MESH),--mesh $(MESH)) $(TRAIN_FLAGS)
 RAW_PROBES ?= yes
 PROBE_TYPES ?= linear knn
 PROBES := $(foreach p,$(PROBE_TYPES),$(if $(RAW_PROBES),$(OUT)/probe-$(p)-raw.json) $(OUT)/probe-$(p)-init.json \
             $(OUT)/probe-$(p)-pretrained.json)
 
+# The arguments of each command whose variables can change; recipes/common.mk reruns a target when
+# they differ from the last run's (OUT/.vars-<name>). RECIPE is made absolute so that the same
+# recipe named from another directory is the same text.
+SPLIT = $(if $(call differ,$(TRAIN_SOURCE),$(TEST_SOURCE)),,--split $(1) --seed $(SPLIT_SEED))
+INGEST = ingest $(call q,$(call home,$(1))) $(call q,$(OUT)/data-$(2).zarr) $(SHAPE_FLAGS) $(call SPLIT,$(2)) $(INGEST_FLAGS) --force -q
+TRAIN = train --config $(call q,$(abspath $(RECIPE))) --data $(call q,$(OUT)/data-train.zarr) --force --json \
+        $(if $(MESH),--mesh $(MESH)) $(TRAIN_FLAGS) --out $(call q,$(OUT)/run-$(1))
+SOURCE_train = $(TRAIN_SOURCE)
+SOURCE_test = $(TEST_SOURCE)
+VARS := data-train data-test run-init run-pretrained probe table
+VARS_data-train = $(call INGEST,$(SOURCE_train),train)
+VARS_data-test = $(call INGEST,$(SOURCE_test),test)
+VARS_run-init = $(call TRAIN,init) --steps 0
+VARS_run-pretrained = $(call TRAIN,pretrained) $(if $(STEPS),--steps $(STEPS))
+VARS_probe = $(PROBE_FLAGS)
+VARS_table = --title $(call q,$(TITLE)) $(foreach f,$(PROBES),$(call q,$(f)))
+PREREQ_FILES := RECIPE
+
+.DEFAULT_GOAL := all
+include $(HERE)common.mk
+
 .PHONY: all
 .DELETE_ON_ERROR:
 .SECONDARY:  # every target is kept: the embeddings and datasets are results, not temporaries
 all: $(OUT)/table.txt
-	@cat $<
+	@cat $(call q,$<)
 
-$(OUT)/data-train.zarr/zarr.json:
-	@mkdir -p $(OUT)
-	$(JEPA) ingest $(TRAIN_SOURCE) $(OUT)/data-train.zarr $(SHAPE_FLAGS) $(call SPLIT,train) $(INGEST_FLAGS) --force -q
+$(OUT)/data-%.zarr/zarr.json: $(OUT)/.vars-data-%
+	$(JEPA) $(VARS_data-$*)
 
-$(OUT)/data-test.zarr/zarr.json:
-	@mkdir -p $(OUT)
-	$(JEPA) ingest $(TEST_SOURCE) $(OUT)/data-test.zarr $(SHAPE_FLAGS) $(call SPLIT,test) $(INGEST_FLAGS) --force -q
-
-$(OUT)/run-init.json: $(OUT)/data-train.zarr/zarr.json $(RECIPE)
-	$(TRAIN) --out $(OUT)/run-init --steps 0 > $@.tmp
-	@mv $@.tmp $@
-
-$(OUT)/run-pretrained.json: $(OUT)/data-train.zarr/zarr.json $(RECIPE)
-	$(TRAIN) --out $(OUT)/run-pretrained $(if $(STEPS),--steps $(STEPS)) > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/run-%.json: $(OUT)/data-train.zarr/zarr.json $(RECIPE) $(OUT)/.vars-run-%
+	$(JEPA) $(VARS_run-$*) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
 $(OUT)/emb-init-%.json: $(OUT)/run-init.json $(OUT)/data-%.zarr/zarr.json
-	$(JEPA) encode-latents $(OUT)/run-init $(OUT)/data-$*.zarr -o $(OUT)/emb-init-$*.zarr --force --json -q > $@.tmp
-	@mv $@.tmp $@
+	$(JEPA) encode-latents $(call q,$(OUT)/run-init) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-init-$*.zarr) --force --json -q > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
 $(OUT)/emb-pretrained-%.json: $(OUT)/run-pretrained.json $(OUT)/data-%.zarr/zarr.json
-	$(JEPA) encode-latents $(OUT)/run-pretrained $(OUT)/data-$*.zarr -o $(OUT)/emb-pretrained-$*.zarr --force --json -q > $@.tmp
-	@mv $@.tmp $@
+	$(JEPA) encode-latents $(call q,$(OUT)/run-pretrained) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-pretrained-$*.zarr) --force --json -q > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
-$(OUT)/probe-%-raw.json: $(OUT)/data-train.zarr/zarr.json $(OUT)/data-test.zarr/zarr.json
-	$(JEPA) probe $* $(OUT)/data-train.zarr $(OUT)/data-test.zarr --raw --json $(PROBE_FLAGS) > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/probe-%-raw.json: $(OUT)/data-train.zarr/zarr.json $(OUT)/data-test.zarr/zarr.json $(OUT)/.vars-probe
+	$(JEPA) probe $* $(call q,$(OUT)/data-train.zarr) $(call q,$(OUT)/data-test.zarr) --raw --json $(PROBE_FLAGS) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
-$(OUT)/probe-%-init.json: $(OUT)/emb-init-train.json $(OUT)/emb-init-test.json
-	$(JEPA) probe $* $(OUT)/emb-init-train.zarr $(OUT)/emb-init-test.zarr --json $(PROBE_FLAGS) > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/probe-%-init.json: $(OUT)/emb-init-train.json $(OUT)/emb-init-test.json $(OUT)/.vars-probe
+	$(JEPA) probe $* $(call q,$(OUT)/emb-init-train.zarr) $(call q,$(OUT)/emb-init-test.zarr) --json $(PROBE_FLAGS) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
-$(OUT)/probe-%-pretrained.json: $(OUT)/emb-pretrained-train.json $(OUT)/emb-pretrained-test.json
-	$(JEPA) probe $* $(OUT)/emb-pretrained-train.zarr $(OUT)/emb-pretrained-test.zarr --json $(PROBE_FLAGS) > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/probe-%-pretrained.json: $(OUT)/emb-pretrained-train.json $(OUT)/emb-pretrained-test.json $(OUT)/.vars-probe
+	$(JEPA) probe $* $(call q,$(OUT)/emb-pretrained-train.zarr) $(call q,$(OUT)/emb-pretrained-test.zarr) --json $(PROBE_FLAGS) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
 
-$(OUT)/table.txt: $(PROBES)
-	$(PYTHON) $(HERE)../scripts/probe_table.py --title "$(TITLE)" $^ > $@.tmp
-	@mv $@.tmp $@
+$(OUT)/table.txt: $(PROBES) $(OUT)/.vars-table
+	$(PYTHON) $(call q,$(HERE)../scripts/probe_table.py) $(VARS_table) > $(call q,$@.tmp)
+	@mv $(call q,$@.tmp) $(call q,$@)
+
+# A source that is not there would fail in jepa ingest, once per split, among make's own lines: when
+# an ingest is about to run, say it once, before anything runs.
+no_source = $(if $(filter builtin:%,$(1)),,$(if $(shell test -e $(call q,$(call home,$(1))) && echo y),,$(1)))
+$(foreach s,train test,$(if $(filter $(OUT)/.vars-data-$(s),$(STALE_VARS)),\
+  $(if $(call no_source,$(SOURCE_$(s))),$(error $(SOURCE_$(s)): no such file or directory (the source to ingest)))))
