@@ -118,3 +118,25 @@ def test_info_json_of_a_dataset_whose_attributes_hold_nan_prints_null(tmp_path, 
 
     described = json.loads(r.stdout, parse_constant=refuse)
     assert described["attributes"]["sampling"] == {"eta": None, "scale": [None, 1.5]}
+
+
+def test_plot_of_a_flow_run_by_default_draws_the_default_metrics_it_logged(tmp_path, run_cli):
+    flow = tmp_path / "flow"
+    flow.mkdir()
+    (flow / "run.json").write_text(json.dumps({"jepa_kind": "run", "config": {"objective": "flow"},
+                                               "lengths": {"steps": 3}, "status": "finished"}))
+    rows = [{"step": s, "loss": 1.0 / s, "lr": 1e-3, "weight_decay": 0.0, "ema_momentum": 0.75, "t_mean": 0.5}
+            for s in (1, 2, 3)]
+    (flow / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = run_cli("plot", flow, "-o", tmp_path / "c.png", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"] == ["loss", "lr", "weight_decay", "ema_momentum"]
+
+
+def test_env_reports_a_compilation_cache_path_that_is_a_file_as_off(tmp_path):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder\n")
+    result = run_jepa("env", "--json", env={"JAX_COMPILATION_CACHE_DIR": str(cache)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["compilation_cache"], report["compilation_cache_off"]) == (None, f"{cache} is not a directory")

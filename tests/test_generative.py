@@ -206,3 +206,12 @@ def test_latent_model_normalises_with_shift_and_scale_and_maps_back():
     np.testing.assert_allclose(x, (z - 1.0) * 0.5)
     np.testing.assert_allclose(obj.to_data(x[None])[0], z)
     assert obj.grid == (8,) and not obj.uses_labels
+
+
+@pytest.mark.parametrize("name", ["flow", "diffusion"])
+def test_flow_and_diffusion_on_an_audio_dataset_say_what_they_train_on(name):
+    from jepa_cli.objectives import OBJECTIVES
+
+    with pytest.raises(InputError, match=r"^flow and diffusion train on images or latents; the dataset given "
+                                         r"\(--data\) is audio"):
+        OBJECTIVES[name].dataset_options({"modality": "audio", "shape": [16000], "attrs": {"sample_rate": 16000}})

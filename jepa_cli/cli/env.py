@@ -28,8 +28,11 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
     report = environment_report()
     # what JAX uses (a user's own JAX_COMPILATION_CACHE_DIR included), and why there is none
     cache = jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
-    report["compilation_cache"] = cache or None
-    if not cache:
+    unusable = cache_unusable_reason(cache) if cache else None
+    report["compilation_cache"] = None if unusable else cache or None
+    if unusable:
+        report["compilation_cache_off"] = unusable
+    elif not cache:
         report["compilation_cache_off"] = compilation_cache_off_reason(os.environ) or "JAX's cache is off"
 
     def human(r: dict) -> None:
@@ -43,3 +46,20 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
         print_mapping(flat)
 
     emit(report, as_json, human)
+
+
+def cache_unusable_reason(directory: str) -> str | None:
+    """Why JAX cannot keep compiled programs in `directory` (it then compiles every time without a
+    word), or None: a path that exists but is not a directory, or one it cannot write."""
+    import os
+
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        return f"{directory} is not a directory"
+    existing = directory
+    while existing and not os.path.exists(existing):  # JAX creates the missing folders
+        existing = os.path.dirname(existing.rstrip("/")) or "."
+    if os.path.isdir(existing) and not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    if not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    return None

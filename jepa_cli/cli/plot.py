@@ -14,7 +14,7 @@ from jepa_cli.cli.complete import complete_runs
               help="The PNG to write.")
 @click.option("--metrics", default=None,
               help="Comma-separated metrics.jsonl keys, one panel each "
-                   "[default: loss,lr,weight_decay,ema_momentum,repr_std,repr_cov_offdiag].")
+                   "[default: those of loss,lr,weight_decay,ema_momentum,repr_std,repr_cov_offdiag the runs logged].")
 @click.option("--force", is_flag=True, help="Replace an existing PNG (nothing else).")
 @output_options
 def command(runs: tuple[str, ...], output: str, metrics: str | None, force: bool, as_json: bool, verbose: int,
@@ -26,10 +26,10 @@ def command(runs: tuple[str, ...], output: str, metrics: str | None, force: bool
       jepa plot runs/digits -o curves.png
       jepa plot runs/a runs/b -o compare.png --metrics loss,effective_rank,knn_top1
     """
-    from jepa_cli.training.curves import DEFAULT_METRICS, plot_runs
+    from jepa_cli.training.curves import plot_runs
 
-    chosen = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else DEFAULT_METRICS
-    if not chosen:
+    chosen = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics is not None else None
+    if chosen == ():
         from jepa_cli.errors import InputError
 
         raise InputError("--metrics names no metric")

@@ -24,7 +24,7 @@ from jepa_cli.errors import InputError
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.vit import DTYPES
 from jepa_cli.objectives.base import EMASpec, decay_matrices_only
-from jepa_cli.objectives.genconfig import GenerativeConfig
+from jepa_cli.objectives.genconfig import MODALITIES, GenerativeConfig
 
 
 def ema_decay(step, decay: float, power: float | None):
@@ -94,6 +94,9 @@ class GenerativeObjective:
         """Image datasets: channels and size; latent datasets: shape, shift and scale. Both: the
         number of classes (0 without labels: an unconditional model)."""
         attrs = ds.get("attrs") or {}
+        if ds["modality"] not in MODALITIES:
+            raise InputError(f"flow and diffusion train on images or latents; the dataset given (--data) is "
+                             f"{ds['modality']} (encode it into latents first: jepa encode-latents)")
         out: dict[str, Any] = {"num_classes": int(ds.get("num_classes") or 0)}
         if ds["modality"] == "image":
             out.update(channels=ds["channels"],

@@ -17,15 +17,17 @@ MAX_PANELS = 24  # one figure stays readable and its memory bounded (a panel is 
 LOG_SCALE = {"loss", "lr", "repr_std", "repr_cov_offdiag", "target_std"}  # positive and spanning decades
 
 
-def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ...] = DEFAULT_METRICS,
+def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ...] | None = None,
               force: bool = False) -> dict[str, Any]:
     """One panel per metric against the update step, every run overlaid (labelled by its folder name),
-    written atomically to `output` (a PNG). A metric that no run logged is an InputError naming it.
-    Returns {"png", "runs", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
+    written atomically to `output` (a PNG). `metrics` None: those of DEFAULT_METRICS that some run
+    logged (a flow run logs no representation statistics). A metric named that no run logged is an
+    InputError naming it. Returns {"png", "runs", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
     from jepa_cli.data import store
     from jepa_cli.training.run import read_metrics, read_run
 
-    metrics = tuple(dict.fromkeys(metrics))  # a metric named twice gets one panel
+    chosen = metrics is not None
+    metrics = tuple(dict.fromkeys(metrics if chosen else DEFAULT_METRICS))  # a metric named twice gets one panel
     if len(metrics) > MAX_PANELS:
         raise InputError(f"--metrics names {len(metrics)} metrics; at most {MAX_PANELS} panels fit one picture")
     store.check_output_file(output, force, store.PNG_MAGIC, "PNG picture")
@@ -37,6 +39,8 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
             raise InputError(f"{run}: no metrics logged yet (metrics.jsonl is empty or missing)")
         series[str(run)] = rows
     missing = [m for m in metrics if not any(m in row for rows in series.values() for row in rows)]
+    if not chosen and len(missing) < len(metrics):
+        metrics, missing = tuple(m for m in metrics if m not in missing), []
     if missing:
         raise InputError(f"no run logged {', '.join(missing)} (metrics.jsonl keys such as "
                          f"{', '.join(DEFAULT_METRICS)})")
