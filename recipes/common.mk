@@ -32,14 +32,20 @@ JEPA = $(or $(JEPA_FOUND),$(error jepa not found: no ./.venv/bin/jepa and no jep
 endif
 
 # Every target is a path inside OUT, and make splits target names at spaces, reads : % * ? [ ] ; \ #
-# in them as syntax and expands a leading ~ where the quoted commands would not. So OUT is refused
-# with these characters rather than quoted; SOURCE may hold them.
-OUT_SYNTAX := : % * ? [ ] ; \ $(hash) ~
+# in them as syntax and expands a leading ~ where the quoted commands would not; a leading - would
+# reach mkdir and jepa as an option. So OUT is refused with these rather than quoted; SOURCE may hold
+# them.
+OUT_SYNTAX := : % * ? [ ] ; \ $(hash)
 ifeq ($(strip $(OUT)),)
 $(error OUT is empty: set OUT=directory (the recipe writes its files there))
 endif
-ifneq ($(findstring $(space),$(OUT))$(words $(OUT))$(strip $(foreach c,$(OUT_SYNTAX),$(findstring $(c),$(OUT)))),1)
-$(error OUT='$(OUT)' cannot be a make target: use a directory name without spaces or any of $(OUT_SYNTAX))
+ifneq ($(findstring $(space),$(OUT))$(words $(OUT))$(strip $(foreach c,$(OUT_SYNTAX),$(findstring $(c),$(OUT))))$(filter -% ~%,$(OUT)),1)
+$(error OUT='$(OUT)' cannot be a make target: use a directory name without spaces or any of $(OUT_SYNTAX), not starting with - or ~)
+endif
+# OUT=demo/ and OUT=./demo are the same directory as OUT=demo: the same targets and the same stamps.
+override OUT := $(patsubst ./%,%,$(patsubst %/,%,$(patsubst %/,%,$(OUT))))
+ifeq ($(OUT),)
+$(error OUT is the root directory: set OUT=directory (the recipe writes its files there))
 endif
 
 # The recipe files are prerequisites: make cannot name one with spaces, and for a missing one it

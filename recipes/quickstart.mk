@@ -36,7 +36,7 @@ TRAIN_FLAGS ?=
 PROBE_FLAGS ?=
 RAW_PROBES ?= yes
 PROBE_TYPES ?= linear knn
-PROBES := $(foreach p,$(PROBE_TYPES),$(if $(RAW_PROBES),$(OUT)/probe-$(p)-raw.json) $(OUT)/probe-$(p)-init.json \
+PROBES = $(foreach p,$(PROBE_TYPES),$(if $(RAW_PROBES),$(OUT)/probe-$(p)-raw.json) $(OUT)/probe-$(p)-init.json \
             $(OUT)/probe-$(p)-pretrained.json)
 
 # The arguments of each command whose variables can change; recipes/common.mk reruns a target when

@@ -207,6 +207,32 @@ def test_a_second_make_runs_no_command(fake):
     assert fake.make("OUT=out", "-q", "out/table.txt").returncode == 0
 
 
+@pytest.mark.parametrize("spelling", ["out/", "./out", "./out/"])
+def test_the_same_out_spelled_another_way_runs_no_command(fake, spelling):
+    assert fake.make(f"OUT={spelling}").returncode == 0 and fake.calls == []
+
+
+def test_another_jepa_command_runs_no_command(fake):
+    other = fake.root / "other-jepa"
+    shutil.copy(fake.jepa, other)
+    assert fake.make("OUT=out", f"JEPA={other}").returncode == 0 and fake.calls == []
+
+
+def test_a_dry_run_after_a_change_writes_nothing_and_the_real_run_still_sees_the_change(fake):
+    before = {p: p.stat().st_mtime_ns for p in (fake.root / "out").iterdir()}
+    plan = fake.make("OUT=out", "STEPS=7", "-n")
+    assert plan.returncode == 0 and "--steps 7" in plan.stdout and fake.calls == []
+    assert {p: p.stat().st_mtime_ns for p in (fake.root / "out").iterdir()} == before
+    assert fake.make("OUT=out", "STEPS=7").returncode == 0 and fake.commands()[0] == "train run-pretrained"
+
+
+def test_fewer_probe_types_reprint_only_the_table_without_them(fake):
+    assert fake.make("OUT=out", "PROBE_TYPES=knn").returncode == 0
+    assert fake.commands() == ["probe_table.py"]
+    assert [Path(arg).name for arg in fake.calls[0][3:]] == [
+        "probe-knn-raw.json", "probe-knn-init.json", "probe-knn-pretrained.json"]
+
+
 def test_a_new_steps_replaces_the_pretrained_run_and_reruns_only_what_follows_it(fake):
     done = fake.make("OUT=out", "STEPS=7")
     assert done.returncode == 0, done.stderr
@@ -263,7 +289,7 @@ def test_a_source_under_an_unexpanded_tilde_is_read_from_home(tmp_path):
     assert [call[1] for call in fake.calls if call[0] == "ingest"] == [str(tmp_path / "photos")] * 2
 
 
-@pytest.mark.parametrize("out", ["my runs", "runs ", "a:b", "50%", "~/runs", ""])
+@pytest.mark.parametrize("out", ["my runs", "runs ", "a:b", "50%", "~/runs", "-runs", ""])
 def test_an_out_that_make_cannot_name_targets_in_is_refused_in_one_line(tmp_path, out):
     fake = Fake(tmp_path)
     done = fake.make(f"OUT={out}")
