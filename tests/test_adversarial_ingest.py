@@ -222,3 +222,65 @@ def test_an_output_path_that_is_not_utf8_is_refused(tmp_path, src):
     expect_refusal("ingest", src, os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.zarr"), guard=[tmp_path],
                    fragments=["caf\\xe9.zarr: the path is not valid UTF-8"])
 
+
+
+# --- folders: links, unreadable folders, two kinds of files ------------------------------------------------
+
+def _wav_classes(root: Path, classes=("a", "b"), per_class: int = 2) -> Path:
+    """root/<class>/<i>.wav: 0.1 s of silence at 8 kHz each."""
+    import soundfile as sf
+
+    for name in classes:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            sf.write(root / name / f"{i}.wav", np.zeros(800, np.float32), 8000)
+    return root
+
+
+def test_an_audio_class_folder_that_is_a_link_is_followed(run_cli, tmp_path):
+    root = _wav_classes(tmp_path / "sounds", classes=("a",))
+    _wav_classes(tmp_path / "elsewhere", classes=("b",), per_class=3)
+    (root / "b").symlink_to(tmp_path / "elsewhere" / "b")
+    result = run_cli("ingest", root, tmp_path / "o.zarr", "--sample-rate", "8000", "--seconds", "0.1", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["label_histogram"] == [2, 3]
+
+
+def test_a_link_to_a_folder_that_holds_it_is_refused_naming_the_link(run_cli, tmp_path):
+    root = _wav_classes(tmp_path / "sounds")
+    (root / "a" / "again").symlink_to(root)
+    assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr"), f"{root / 'a' / 'again'}: is a link to a folder "
+                      "that holds it (a loop)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sounds"]
+
+
+@pytest.mark.parametrize("kind", ["audio", "image"])
+def test_a_folder_that_cannot_be_listed_is_refused_naming_it(run_cli, tmp_path, monkeypatch, kind):
+    if kind == "audio":
+        root = _wav_classes(tmp_path / "src")
+    else:
+        root = tmp_path / "src"
+        for name in ("a", "b"):
+            (root / name).mkdir(parents=True)
+            Image.new("L", (4, 4)).save(root / name / "0.png")
+    locked, scandir = root / "b", os.scandir
+
+    def refuse_locked(path="."):  # a folder without read permission (chmod has no effect on root)
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse_locked)
+    assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr"), f"{locked}: cannot list this folder "
+                      "(Permission denied)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_a_folder_of_audio_with_a_cover_image_per_class_is_refused_naming_one_of_each(run_cli, tmp_path):
+    root = _wav_classes(tmp_path / "sounds", per_class=4)
+    for name in ("a", "b"):
+        Image.new("L", (4, 4)).save(root / name / "cover.png")
+    assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr"),
+                      f"{root}: holds both audio files ({root / 'a' / '0.wav'}) and image files "
+                      f"({root / 'a' / 'cover.png'})")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sounds"]

@@ -27,7 +27,8 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--channels", type=click.Choice(["1", "3"]), help="Convert to 1 (grayscale) or 3 (RGB) channels.")
 @click.option("--sample-rate", type=int, help="Audio: resample to this rate in Hz (default 32000).")
 @click.option("--seconds", type=float, help="Audio: crop or zero-pad every clip to this length (default 10).")
-@click.option("--label-regex", help="Audio: label = first group of this regex over each file's stem, e.g. '^(\\d+)_'.")
+@click.option("--label-regex", help="Audio: label = the first group that matched when this regex is searched in each "
+              "file's stem, else the whole match, e.g. '^(\\d+)_'.")
 @click.option("--split", type=click.Choice(["train", "test"]), help="Keep one side of a stratified split.")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Fraction of each class in the test split.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split.")

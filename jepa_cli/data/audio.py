@@ -22,13 +22,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import store
+from jepa_cli.data import folders, store
+from jepa_cli.data.folders import AUDIO_EXTENSIONS
 from jepa_cli.data.ingest import split_indices
 from jepa_cli.data.sources import BadSample
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 
-AUDIO_EXTENSIONS = {".wav", ".flac", ".ogg"}
 DEFAULT_SAMPLE_RATE = 32000  # Audio-JEPA trains at 32 kHz (LudovicTuncay/Audio-JEPA)
 DEFAULT_SECONDS = 10.0  # Audio-JEPA's 10 s clips
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 1000, 384000
@@ -54,30 +54,15 @@ class AudioSource:
 
 
 def is_audio_source(spec: str) -> bool:
-    """`builtin:tones`, or a folder holding audio files (at any depth) and no images at its top or in
-    its first-level folders (where an image folder keeps them)."""
+    """`builtin:tones`, an audio file (refused by open_audio_source with the fix), or a folder holding
+    audio files at any depth; InputError for a folder that holds images or videos too
+    (folders.folder_holds_audio)."""
     if spec == "builtin:tones":
         return True
     path = Path(spec)
     if path.is_file() and path.suffix.lower() in AUDIO_EXTENSIONS:
-        return True  # refused by open_audio_source with the fix
-    if not path.is_dir():
-        return False
-    from jepa_cli.data.sources import IMAGE_EXTENSIONS
-
-    try:  # an image folder (images at its top or in its class folders) is never walked further
-        for entry in os.scandir(path):
-            if entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_EXTENSIONS:
-                return False
-            if entry.is_dir() and not entry.name.startswith("."):
-                if any(Path(f).suffix.lower() in IMAGE_EXTENSIONS for f in os.listdir(entry.path)):
-                    return False
-    except OSError:
-        return False
-    for _root, _dirs, files in os.walk(path):
-        if any(Path(f).suffix.lower() in AUDIO_EXTENSIONS for f in files):
-            return True
-    return False
+        return True
+    return path.is_dir() and folders.folder_holds_audio(path)
 
 
 # -- sources ---------------------------------------------------------------------------------------
@@ -96,8 +81,7 @@ def open_audio_source(spec: str, labels_csv: str | None = None, label_regex: str
         raise InputError(f"{root}: no such folder")
     if labels_csv and label_regex:
         raise InputError("give --labels or --label-regex, not both")
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_EXTENSIONS
-                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    files = folders.walk_files(root, AUDIO_EXTENSIONS)
     if not files:
         raise InputError(f"{utf8_text(str(root))}: no audio files found ({', '.join(sorted(AUDIO_EXTENSIONS))})")
     paths = [root]
@@ -134,20 +118,34 @@ def _folder_labels(root: Path, files: list[Path]) -> list[str] | None:
 
 
 def _csv_labels(root: Path, files: list[Path], csv_path: Path) -> list[str]:
+    """The label of each of `files` from a `path,label` CSV (paths relative to `root`, an optional
+    header). Read as UTF-8 with or without the byte-order mark spreadsheets write; a path named twice
+    is an InputError giving both line numbers."""
     if not csv_path.is_file():
         raise InputError(f"{csv_path}: no such labels file")
+    rows: list[tuple[int, list[str]]] = []  # (line number where the row starts, cells)
     try:
-        with open(csv_path, newline="", encoding="utf-8") as handle:
-            rows = [r for r in csv.reader(handle) if r and any(c.strip() for c in r)]
+        with open(csv_path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            line = 1
+            for row in reader:
+                if row and any(c.strip() for c in row):
+                    rows.append((line, row))
+                line = reader.line_num + 1
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"{csv_path}: not a UTF-8 CSV file of path,label rows ({exc})") from None
-    if rows and [c.strip().lower() for c in rows[0]] == ["path", "label"]:
+    if rows and [c.strip().lower() for c in rows[0][1]] == ["path", "label"]:
         rows = rows[1:]
     by_path: dict[str, str] = {}
-    for number, row in enumerate(rows, start=1):
+    line_of: dict[str, int] = {}
+    for line, row in rows:
         if len(row) != 2 or not row[0].strip() or not row[1].strip():
-            raise InputError(f"{csv_path}: row {number} is not 'path,label': {','.join(row)[:80]!r}")
-        by_path[Path(row[0].strip()).as_posix()] = row[1].strip()
+            raise InputError(f"{csv_path}: line {line} is not 'path,label': {','.join(row)[:80]!r}")
+        key = Path(row[0].strip()).as_posix()
+        if key in line_of:
+            raise InputError(utf8_text(f"{csv_path}: names {key!r} twice, on lines {line_of[key]} and {line}; "
+                                       "give each file one label"))
+        by_path[key], line_of[key] = row[1].strip(), line
     known = {f.relative_to(root).as_posix() for f in files}
     missing = sorted(set(by_path) - known)
     if missing:
@@ -161,28 +159,25 @@ def _csv_labels(root: Path, files: list[Path], csv_path: Path) -> list[str]:
 
 
 def _regex_labels(files: list[Path], pattern: str) -> list[str]:
+    """The label of each file from `re.search(pattern, stem)`: the first group that took part in the
+    match, or the whole match when no group did (or the regex has none). A file the regex does not
+    match, or whose label is empty, is an InputError."""
     try:
         regex = re.compile(pattern)
     except re.error as exc:
         raise InputError(f"--label-regex {pattern!r} is not a valid regular expression ({exc})") from None
-    if regex.groups < 1:
-        raise InputError(f"--label-regex {pattern!r} has no group; the first group (...) gives the label")
-    names = []
-    matched = 0
-    first_miss = None
+    names: list[str | None] = []
     for f in files:
         m = regex.search(f.stem)
-        if m is None or m.group(1) is None or m.group(1) == "":
-            first_miss = first_miss or f
-            names.append(None)
-        else:
-            matched += 1
-            names.append(m.group(1))
-    if matched == 0:
-        raise InputError(f"--label-regex {pattern!r} matches none of the {len(files)} file names")
-    if first_miss is not None:
-        raise InputError(utf8_text(f"--label-regex {pattern!r} gives no label for {len(files) - matched} file(s), "
-                                   f"first {first_miss}"))
+        label = None if m is None else next((g for g in m.groups() if g is not None), m.group(0))
+        names.append(label or None)
+    missed = [f for f, name in zip(files, names) if name is None]
+    if len(missed) == len(files):
+        raise InputError(utf8_text(f"--label-regex {pattern!r} matches none of the {len(files)} file names, "
+                                   f"e.g. {files[0].stem!r}"))
+    if missed:
+        raise InputError(utf8_text(f"--label-regex {pattern!r} gives no label for {len(missed)} file(s), "
+                                   f"first {missed[0]}"))
     return names  # type: ignore[return-value]
 
 

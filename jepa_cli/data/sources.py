@@ -15,11 +15,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data import folders
+from jepa_cli.data.folders import IMAGE_EXTENSIONS
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 from jepa_cli.names import BUILTIN_SOURCES
 
-IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
 BUILTINS = {
     "digits": "1,797 real 8x8 grayscale handwritten digits, 10 classes (ships with scikit-learn, no download)",
     "moving-digits": "video: 1,797 clips of a built-in digit bouncing in 32x32 over 16 frames, labels = digit "
@@ -127,7 +128,7 @@ def _builtin(name: str) -> Source:
 
 
 def _image_folder(root: Path) -> Source:
-    subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    subdirs = folders.subfolders(root)
     if subdirs:
         files: list[Path] = []
         labels: list[int] = []
@@ -159,7 +160,7 @@ def _image_folder(root: Path) -> Source:
 
 
 def _list_images(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+    return folders.files_in(folder, IMAGE_EXTENSIONS)
 
 
 def load_npy(path: Path) -> np.ndarray:

@@ -17,10 +17,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data import folders
+from jepa_cli.data.folders import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 
-VIDEO_EXTENSIONS = {".mp4", ".webm", ".avi", ".mkv", ".mov", ".m4v", ".mpg", ".mpeg", ".ogv"}
 DEFAULT_FRAMES, DEFAULT_STRIDE = 16, 4  # V-JEPA configs/pretrain/vitl16.yaml: num_frames 16, sampling_rate 4
 MISSING_PYAV = "decoding video files needs PyAV: pip install 'jepa-cli[video]'"
 
@@ -180,17 +181,15 @@ def _natural(path: Path):
 
 
 def _images_in(folder: Path) -> list[Path]:
-    from jepa_cli.data.sources import IMAGE_EXTENSIONS
-
-    return sorted((p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS), key=_natural)
+    return sorted(folders.files_in(folder, IMAGE_EXTENSIONS), key=_natural)
 
 
 def _videos_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS)
+    return folders.files_in(folder, VIDEO_EXTENSIONS)
 
 
 def _subdirs(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return folders.subfolders(folder)
 
 
 def is_video_file(path: Path) -> bool:
