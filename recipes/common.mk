@@ -53,6 +53,7 @@ endif
 $(foreach f,$(PREREQ_FILES),$(if $(findstring $(space),$($(f))),$(error $(f)='$($(f))' cannot be a make prerequisite: use a path without spaces)))
 $(foreach f,$(PREREQ_FILES),$(if $(wildcard $($(f))),,$(error $(f)=$($(f)): no such file)))
 
+# Written without a final newline: make 4.3's $(file <) does not strip it inside every expansion.
 VARS_STAMPS := $(foreach n,$(VARS),$(OUT)/.vars-$(n))
 $(VARS_STAMPS): $(OUT)/.vars-%:
 	@mkdir -p $(call q,$(OUT))

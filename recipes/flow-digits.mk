@@ -8,7 +8,9 @@
 #   make -f recipes/flow-digits.mk [OUT=flow-digits] [SCALE=2] [INTERVAL=0.22,0.84] [SAMPLES=100]
 #
 # As in recipes/quickstart.mk, every target is a file that appears only when its command succeeded
-# (a --json result renamed into place), so make reruns only what is stale.
+# (a --json result renamed into place), so make reruns only what is stale, and a changed variable
+# reruns the steps whose command it changes (SCALE: the guided and interval samples and their FDs).
+# A run or a set of samples is replaced with --force, never resumed.
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
 OUT ?= flow-digits
