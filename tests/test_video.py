@@ -185,8 +185,16 @@ def test_mismatched_frame_sizes_in_one_clip_folder_are_one_line(run_cli, tmp_pat
     write_frames(root / "c" / "bad", range(3))
     Image.fromarray(np.zeros((5, 5), np.uint8)).save(root / "c" / "bad" / "frame3.png")
     result = run_cli("ingest", root, tmp_path / "f.zarr", "--frames", "4", "--frame-stride", "1")
-    assert_user_error(result, str(root / "c" / "bad"), "frame3.png is 5x5", "frame0.png is 8x6")
+    assert_user_error(result, str(root / "c" / "bad"), "frame3.png is 5x5", "frame0.png is 6x8")  # HxW, as --size
     assert nothing_written(tmp_path, "f.zarr")
+
+
+def test_a_clip_whose_frames_differ_in_size_names_both_sizes_as_hxw():
+    from jepa_cli.data.sources import BadSample
+    from jepa_cli.data.video import ClipCodec
+
+    with pytest.raises(BadSample, match="x: frame 1 is 4x10 but frame 0 is 6x8"):
+        ClipCodec.pixels([np.zeros((6, 8), np.uint8), np.zeros((4, 10), np.uint8)], None, "x")
 
 
 # -- video files -------------------------------------------------------------------------------

@@ -94,8 +94,8 @@ class ClipCodec:
             if f.shape != first:
                 from jepa_cli.data.sources import BadSample
 
-                raise BadSample(f"{name}: frame {i} is {f.shape[1]}x{f.shape[0]} but frame 0 is "
-                                f"{first[1]}x{first[0]} (every frame of a clip must have one size)")
+                raise BadSample(f"{name}: frame {i} is {f.shape[0]}x{f.shape[1]} but frame 0 is "
+                                f"{first[0]}x{first[1]} (every frame of a clip must have one size)")
         return np.stack(frames)
 
     @staticmethod
@@ -289,7 +289,7 @@ def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
                 continue
             if len(sizes) > 1:
                 (a, fa), (b, fb) = sizes.items()
-                raise BadSample(utf8_text(f"{name}: frame {fb} is {b[0]}x{b[1]} but {fa} is {a[0]}x{a[1]} "
+                raise BadSample(utf8_text(f"{name}: frame {fb} is {b[1]}x{b[0]} but {fa} is {a[1]}x{a[0]} "
                                           "(every frame of a clip folder must have one size)"))
         out, first = [], None
         for j in idx:
@@ -301,8 +301,8 @@ def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
             if first is None:
                 first = (files[j].name, image.size)
             elif image.size != first[1]:
-                raise BadSample(utf8_text(f"{name}: frame {files[j].name} is {image.size[0]}x{image.size[1]} but "
-                                          f"{first[0]} is {first[1][0]}x{first[1][1]} (every frame of a clip "
+                raise BadSample(utf8_text(f"{name}: frame {files[j].name} is {image.size[1]}x{image.size[0]} but "
+                                          f"{first[0]} is {first[1][1]}x{first[1][0]} (every frame of a clip "
                                           "folder must have one size)"))
             out.append(image)
         return out
