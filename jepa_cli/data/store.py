@@ -530,14 +530,20 @@ def check_room(output: str | os.PathLike, disk: int, memory: int, disk_hint: str
     """InputError if writing `output` needs more than the free disk of its folder (`disk` bytes) or
     the memory this process can still get (`memory` bytes); the message gives both figures and a hint."""
     output = Path(output)
-    free_memory = available_memory()
-    if free_memory is not None and memory > free_memory:
-        raise InputError(f"{output}: needs about {format_bytes(memory)} of memory but {format_bytes(free_memory)} "
-                         f"is available; {memory_hint}")
+    check_memory(output, memory, memory_hint)
     free_disk = shutil.disk_usage(output.parent).free
     if disk > free_disk:
         raise InputError(f"{output}: needs about {format_bytes(disk)} of disk but {format_bytes(free_disk)} is "
                          f"free in {output.parent}; {disk_hint}")
+
+
+def check_memory(where: str | os.PathLike, memory: int, hint: str) -> None:
+    """InputError naming `where` if `memory` bytes exceed what this process can still get; the message
+    gives both figures and the hint."""
+    free_memory = available_memory()
+    if free_memory is not None and memory > free_memory:
+        raise InputError(f"{where}: needs about {format_bytes(memory)} of memory but {format_bytes(free_memory)} "
+                         f"is available; {hint}")
 
 
 def available_memory() -> int | None:
