@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from adversarial import expect_refusal
+from conftest import assert_user_error
 
 from jepa_cli.data import store
 
@@ -26,3 +28,118 @@ def test_fd_of_datasets_of_different_dimensions_writes_nothing(tmp_path):
         store.write_array(tmp_path / name / "inputs", np.ones((5, dim), np.float32))
     expect_refusal("fd", tmp_path / "a.zarr", tmp_path / "b.zarr", guard=[tmp_path],
                    fragments=["3-dimensional", "has 4"])
+
+
+def _dataset(path, inputs, modality="image", layout="NHWC", **attrs):
+    store.write_group(path, store.base_attributes("dataset", modality=modality, layout=layout, class_names=[],
+                                                  **attrs))
+    store.write_array(path / "inputs", inputs)
+    return path
+
+
+def _fake_run(tmp_path, name, config):
+    """A run directory and a `load_run` handing back a freshly initialised objective `name` (no checkpoint)."""
+    import jax
+
+    from jepa_cli.objectives import make_objective
+
+    run = tmp_path / name
+    run.mkdir()
+    objective = make_objective(name, config)
+    encoder = objective.init(jax.random.key(0))["encoder"]
+
+    def load_run(run_dir, step, on_fallback=None):
+        return {"objective": name, "objective_config": config}, objective, {"ema": encoder, "params": {}}, 0
+
+    return run, load_run
+
+
+def test_fd_gram_and_covariance_methods_give_the_same_distance():
+    from jepa_cli.evaluation.fd import fd_method, frechet_distance, frechet_distance_of_features
+
+    rng = np.random.default_rng(0)
+    # more samples than dimensions, then fewer: there the covariance method takes square roots of the
+    # D - N eigenvalues that are zero up to round-off, which costs it digits
+    for n_a, n_b, dim, rel in ((40, 30, 10, 1e-12), (12, 9, 50, 1e-7)):
+        fa, fb = rng.standard_normal((n_a, dim)), 0.5 + 2.0 * rng.standard_normal((n_b, dim))
+        expected = frechet_distance(fa.mean(0), np.cov(fa, rowvar=False), fb.mean(0), np.cov(fb, rowvar=False))
+        for method in ("covariance", "gram"):
+            assert frechet_distance_of_features(fa.copy(), fb.copy(), method) == pytest.approx(expected, rel=rel)
+    fa = rng.standard_normal((9, 50))
+    # the same cloud moved by 0.5 in every dimension: FD = 50 * 0.5^2, the covariance terms cancel
+    assert frechet_distance_of_features(fa.copy(), fa + 0.5, "gram") == pytest.approx(12.5, rel=1e-12)
+    assert fd_method(1000, 1000, 64)[0] == "covariance" and fd_method(24, 24, 49152)[0] == "gram"
+
+
+def test_fd_of_images_too_large_for_memory_is_refused_before_reading_with_the_figure(tmp_path, monkeypatch,
+                                                                                      run_cli):
+    a = _dataset(tmp_path / "a.zarr", np.zeros((2, 128, 128, 3), np.uint8))
+    monkeypatch.setattr(store, "available_memory", lambda: 1 << 20)
+    # 2 + 2 samples of 49,152 float64 pixels: 1.5 MiB (the gram method's 2 x 2 matrices add 96 bytes)
+    assert_user_error(run_cli("fd", a, a), f"{a} and {a}: fd of 49152-dimensional features (2 + 2 samples",
+                      "needs about 1.5 MiB of memory but 1.0 MiB is available",
+                      "(--run RUN) or at a smaller image size (jepa ingest --size)")
+
+
+def test_fd_reports_its_work_and_progress_over_both_datasets(tmp_path):
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    a = _dataset(tmp_path / "a.zarr", np.arange(5 * 12, dtype=np.float32).reshape(5, 3, 4), "latent", "NTD")
+    b = _dataset(tmp_path / "b.zarr", np.ones((7, 4), np.float32), "latent", "ND")
+    started, progress = [], []
+    result = fd_datasets(a, b, on_start=started.append, on_progress=progress.append)
+    assert started == [12] and sum(progress) == 12
+    assert (result["n_a"], result["n_b"], result["dim"]) == (5, 7, 4)
+
+
+def test_fd_of_a_latent_set_holding_nan_names_the_set_and_the_sample(tmp_path, run_cli):
+    good = _dataset(tmp_path / "good.zarr", np.ones((4, 3), np.float32), "latent", "ND")
+    z = np.ones((4, 3), np.float32)
+    z[2, 1] = np.nan
+    bad = _dataset(tmp_path / "bad.zarr", z, "latent", "ND")
+    assert_user_error(run_cli("fd", good, bad), f"{bad}: the features of sample 2 are not finite")
+
+
+def test_fd_of_audio_without_a_run_is_refused(tmp_path, run_cli):
+    tones = _dataset(tmp_path / "t.zarr", np.zeros((3, 800), np.int16), "audio", "NL", sample_rate=8000)
+    assert_user_error(run_cli("fd", tones, tones), f"{tones}: fd compares audio datasets in an encoder's space")
+
+
+VJEPA = dict(model="tiny", width=24, depth=1, heads=2, patch_size=4, image_size=8, channels=3, num_frames=4,
+             tubelet_size=2, pred_depth=1, pred_width=16, total_updates=100, npred=[1, 1],
+             pred_scale=[[0.25, 0.25], [0.5, 0.5]])
+
+
+def test_fd_with_a_vjepa_run_on_an_image_set_is_refused(tmp_path):
+    from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    images = _dataset(tmp_path / "i.zarr", np.zeros((3, 8, 8, 3), np.uint8))
+    run, load_run = _fake_run(tmp_path, "vjepa", VJEPA)
+    with pytest.raises(InputError, match=f"^{images}: {run} \\(objective 'vjepa'\\) encodes video datasets; "
+                                         "this one holds image$"):
+        fd_datasets(images, images, run, load_run=load_run)
+
+
+def test_fd_with_a_one_channel_run_on_three_channel_images_is_refused(tmp_path):
+    from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    images = _dataset(tmp_path / "i.zarr", np.zeros((3, 8, 8, 3), np.uint8))
+    run, load_run = _fake_run(tmp_path, "ijepa", dict(model="tiny", width=32, depth=1, heads=2, patch_size=4,
+                                                      image_size=8, channels=1, pred_depth=1, pred_width=16))
+    with pytest.raises(InputError, match=f"^{images}: images have 3 channel\\(s\\), but {run} was trained on 1"):
+        fd_datasets(images, images, run, load_run=load_run)
+
+
+def test_fd_with_a_vjepa_run_compares_video_sets_in_its_space(tmp_path):
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    rng = np.random.default_rng(0)
+    a = _dataset(tmp_path / "a.zarr", rng.integers(0, 256, (3, 4, 8, 8, 3), dtype=np.uint8), "video", "NTHWC")
+    b = _dataset(tmp_path / "b.zarr", rng.integers(0, 256, (4, 4, 8, 8, 3), dtype=np.uint8), "video", "NTHWC")
+    run, load_run = _fake_run(tmp_path, "vjepa", VJEPA)
+    same = fd_datasets(a, a, run, load_run=load_run)
+    other = fd_datasets(a, b, run, load_run=load_run)
+    assert (same["dim"], same["n_a"], abs(same["fd"]) < 1e-9) == (24, 3, True)
+    assert other["fd"] > 0

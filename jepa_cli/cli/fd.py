@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, warn
+from jepa_cli.cli.common import emit, output_options, progress_bar, warn
 from jepa_cli.cli.complete import complete_datasets, complete_runs
 
 
@@ -20,8 +20,9 @@ def command(a, b, run, batch_size, as_json, verbose, quiet):
     """Frechet distance between the feature distributions of two datasets.
 
     Latent datasets are compared as they are ([N, T, D] averaged over T); image datasets as flattened
-    pixels in [0, 1], or with --run as mean-pooled tokens of the run's target encoder. Means and
-    covariances in float64.
+    pixels in [0, 1], or with --run as mean-pooled tokens of the run's target encoder (video and audio
+    datasets only so, with a V-JEPA or Audio-JEPA run). Means and covariances in float64; what does
+    not fit in memory is refused before it is read.
 
     \b
     Examples:
@@ -30,4 +31,7 @@ def command(a, b, run, batch_size, as_json, verbose, quiet):
     """
     from jepa_cli.evaluation.fd import fd_datasets
 
-    emit(fd_datasets(a, b, run, batch_size, on_log=lambda m: warn(m, quiet)), as_json)
+    with progress_bar("features", None, "samples", quiet=quiet or as_json) as advance:
+        result = fd_datasets(a, b, run, batch_size, on_log=lambda m: warn(m, quiet), on_start=advance.set_total,
+                             on_progress=advance)
+    emit(result, as_json)

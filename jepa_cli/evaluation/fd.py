@@ -1,19 +1,36 @@
 """Frechet distance between two feature distributions (`jepa fd`), float64 throughout.
 
-FD = |mu_a - mu_b|^2 + tr(S_a + S_b - 2 (S_a S_b)^(1/2)) (Heusel et al. 2017, FID). The trace of the
-square root is taken stably from the symmetric PSD matrix S_a^(1/2) S_b S_a^(1/2), which has the
-same eigenvalues as S_a S_b: tr((S_a S_b)^(1/2)) = sum_i sqrt(max(lambda_i, 0)).
+FD = |mu_a - mu_b|^2 + tr(S_a + S_b - 2 (S_a S_b)^(1/2)) (Heusel et al. 2017, FID), S the covariances
+(ddof 1). tr((S_a S_b)^(1/2)) is the sum of the square roots of the eigenvalues of S_a S_b, taken one
+of two exact ways, whichever costs fewer operations:
+
+- "covariance" (D below the sample counts): the eigenvalues of the symmetric PSD matrix
+  S_a^(1/2) S_b S_a^(1/2), which are those of S_a S_b; D x D matrices, O(N D^2 + D^3).
+- "gram" (D above them, e.g. raw pixels): with A, B the centred features [N_a, D], [N_b, D],
+  S_a S_b = A^T A B^T B / c (c = (N_a - 1)(N_b - 1)) has the nonzero eigenvalues of
+  (A B^T)^T (A B^T) / c, so the sum is that of the singular values of A B^T [N_a, N_b], over
+  sqrt(c); no D x D matrix, O(N_a N_b D).
+
+The memory both need (the features and the chosen method's matrices) is checked before anything of
+that size is allocated.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
 from jepa_cli.data import store
 from jepa_cli.errors import InputError
+
+READ_BYTES = 64 << 20  # float64 bytes of features read per step of a pass over a stored array
+COVARIANCE_MATRICES = 8  # D x D float64 matrices alive at once: S_a, S_b, eigh's vectors and workspace, ...
+GRAM_MATRICES = 3  # N_a x N_b float64 matrices alive at once: A B^T and the SVD's workspace
 
 
 def _psd_sqrt(s: np.ndarray) -> np.ndarray:
@@ -22,6 +39,7 @@ def _psd_sqrt(s: np.ndarray) -> np.ndarray:
 
 
 def frechet_distance(mu_a, cov_a, mu_b, cov_b) -> float:
+    """FD of two Gaussians given by their means [D] and covariances [D, D] (the covariance method)."""
     mu_a, mu_b = np.asarray(mu_a, np.float64), np.asarray(mu_b, np.float64)
     cov_a, cov_b = np.asarray(cov_a, np.float64), np.asarray(cov_b, np.float64)
     root_a = _psd_sqrt((cov_a + cov_a.T) / 2)
@@ -32,66 +50,164 @@ def frechet_distance(mu_a, cov_a, mu_b, cov_b) -> float:
     return float(max(diff @ diff + np.trace(cov_a) + np.trace(cov_b) - 2.0 * tr_sqrt, 0.0))
 
 
-def statistics(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and covariance (ddof 1), float64, of features [N, D]."""
-    f = np.asarray(features, np.float64)
-    return f.mean(axis=0), np.atleast_2d(np.cov(f, rowvar=False))
+def fd_method(n_a: int, n_b: int, dim: int) -> tuple[str, int]:
+    """("covariance" or "gram", the bytes its matrices need beyond the features): the method with
+    fewer floating-point operations, counted as 2 N D^2 + 25 D^3 (covariances, eigh twice, products)
+    against 2 N_a N_b D + 4 min(N)^2 max(N) (the cross product and its singular values)."""
+    covariance = 2 * (n_a + n_b) * dim**2 + 25 * dim**3
+    gram = 2 * n_a * n_b * dim + 4 * min(n_a, n_b) ** 2 * max(n_a, n_b)
+    if covariance <= gram:
+        return "covariance", COVARIANCE_MATRICES * dim * dim * 8
+    return "gram", GRAM_MATRICES * n_a * n_b * 8
 
 
-def dataset_features(path: str | Path, run: str | Path | None = None, batch_size: int = 128,
-                     on_log: Callable[[str], None] | None = None) -> np.ndarray:
-    """[N, D] float64 features of a dataset: latents as they are ([N, T, D] averaged over T); images
-    as flattened pixels in [0, 1], or with `run` the mean-pooled tokens of its target encoder."""
+def frechet_distance_of_features(fa: np.ndarray, fb: np.ndarray, method: str | None = None) -> float:
+    """FD between the feature sets fa [N_a, D] and fb [N_b, D] (float64; both are centred in place,
+    so no copy of them is made). `method`: "covariance" or "gram" (default: `fd_method`'s choice)."""
+    n_a, n_b = len(fa), len(fb)
+    method = method or fd_method(n_a, n_b, fa.shape[1])[0]
+    mu_a, mu_b = fa.mean(axis=0), fb.mean(axis=0)
+    fa -= mu_a
+    fb -= mu_b
+    if method == "covariance":
+        return frechet_distance(mu_a, fa.T @ fa / (n_a - 1), mu_b, fb.T @ fb / (n_b - 1))
+    scale = (n_a - 1) * (n_b - 1)
+    tr_sqrt = float(np.linalg.svd(fa @ fb.T, compute_uv=False).sum()) / math.sqrt(scale)
+    diff = mu_a - mu_b
+    traces = float(np.vdot(fa, fa)) / (n_a - 1) + float(np.vdot(fb, fb)) / (n_b - 1)
+    return float(max(diff @ diff + traces - 2.0 * tr_sqrt, 0.0))
+
+
+def _dataset(path: str | os.PathLike, has_run: bool) -> SimpleNamespace:
+    """A dataset fd can compare: its attributes, modality, sample count and stored row shape."""
     path = Path(path)
     attrs = store.read_attributes(path)
     if attrs.get("jepa_kind", "dataset") != "dataset" or not (path / "inputs").exists():
         raise InputError(f"{path}: not a dataset (needs an 'inputs' array)")
     modality = attrs.get("modality", "image")
-    if modality == "latent":
-        z = store.read_array(path / "inputs").astype(np.float64)
-        return z.mean(axis=1) if z.ndim == 3 else z.reshape(len(z), -1)
-    if modality != "image":
-        raise InputError(f"{path}: fd compares latent or image datasets, not {modality!r}")
-    if run is None:
-        x = store.read_array(path / "inputs")
-        return x.reshape(len(x), -1).astype(np.float64) / 255.0
-    return encode_images(path, run, batch_size, on_log)
+    if modality not in ("latent", "image") and not has_run:
+        raise InputError(f"{path}: fd compares {modality} datasets in an encoder's space; pass --run with a run "
+                         f"that encodes {modality}")
+    shape = tuple(int(s) for s in store.open_array(path / "inputs").shape)
+    return SimpleNamespace(path=path, attrs=attrs, modality=modality, n=shape[0], shape=shape[1:])
 
 
-def encode_images(path: Path, run: str | Path, batch_size: int, on_log=None) -> np.ndarray:
-    """The run's target (EMA) encoder over the images (its evaluation transform), mean-pooled."""
-    from jepa_cli.evaluation.encode import _prepare, make_step, select_encoder
-    from jepa_cli.training.run import load_run
+def _load_encoder(run: str | os.PathLike, batch_size: int, log: Callable[[str], None],
+                  load_run: Callable | None) -> SimpleNamespace:
+    """The run's target (EMA) encoder, mean-pooled and jitted, with its evaluation transform."""
+    from jepa_cli.evaluation.encode import make_step, select_encoder
 
     run = Path(run)
     if not run.is_dir():
         raise InputError(f"{run}: no such run directory")
-    config, objective, host, _step = load_run(run, None, on_fallback=lambda _s, m: (on_log or (lambda _m: None))(m))
+    if load_run is None:
+        from jepa_cli.training.run import load_run
+    config, objective, host, _step = load_run(run, None, on_fallback=lambda _s, message: log(message))
     if getattr(objective, "generative", False):
         raise InputError(f"{run}: objective {config.get('objective')!r} has no encoder; --run takes a JEPA run")
     params = select_encoder(objective, host, "target", run)
-    transform = objective.eval_transform((config.get("objective_config") or {}).get("image_size"))
-    step, placed = make_step(lambda p, im: objective.encode(p, im), params, "mean")
-    inputs = store.open_array(path / "inputs")
-    n = int(inputs.shape[0])
-    bs = min(batch_size, n)
-    out = []
-    for a in range(0, n, bs):
-        raw = store.read(inputs, slice(a, min(a + bs, n)))
-        out.append(np.asarray(step(placed, _prepare(raw, transform, bs)))[:len(raw)])
-    return np.concatenate(out).astype(np.float64)
+    objective_config = config.get("objective_config") or {}
+    step, placed = make_step(lambda p, x: objective.encode(p, x), params, "mean")
+    return SimpleNamespace(run=run, name=config.get("objective"), objective=objective, config=objective_config,
+                           transform=objective.eval_transform(objective_config.get("image_size")), step=step,
+                           placed=placed, batch_size=batch_size,
+                           modalities=tuple(getattr(objective, "modalities", ("image",))))
+
+
+def _encoded_dim(ds: SimpleNamespace, encoder: SimpleNamespace) -> int:
+    """The width of the encoder's pooled features on `ds`'s samples; InputError for samples it cannot
+    take (another modality, other channels or sample rate, a shape the network refuses)."""
+    import jax
+
+    from jepa_cli.evaluation.encode import _check_channels, _check_sample_rate, _prepare
+
+    if ds.modality not in encoder.modalities:
+        raise InputError(f"{ds.path}: {encoder.run} (objective {encoder.name!r}) encodes "
+                         f"{' or '.join(encoder.modalities)} datasets; this one holds {ds.modality}")
+    _check_channels(ds.path, ds.attrs, encoder.config.get("channels"), encoder.run)
+    _check_sample_rate(ds.path, ds.attrs, encoder.config.get("sample_rate"), encoder.run)
+    probe = _prepare(store.read(store.open_array(ds.path / "inputs"), slice(0, 1)), encoder.transform,
+                     encoder.batch_size, ds.modality)
+    try:
+        shape = jax.eval_shape(encoder.step, encoder.placed, jax.ShapeDtypeStruct(probe.shape, probe.dtype)).shape
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a shape the encoder cannot take is a user error
+        raise InputError(f"{ds.path}: the encoder of {encoder.run} cannot take samples of shape "
+                         f"{list(probe.shape[1:])} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    return int(shape[-1])
+
+
+def _feature_dim(ds: SimpleNamespace, encoder: SimpleNamespace | None) -> int:
+    """D of `ds`'s features: a latent's channels ([N, T, D] is averaged over T), an image's pixels,
+    or the encoder's width."""
+    if ds.modality == "latent":
+        return ds.shape[-1] if len(ds.shape) == 2 else int(np.prod(ds.shape))
+    if encoder is None:
+        return int(np.prod(ds.shape))
+    return _encoded_dim(ds, encoder)
+
+
+def _features(ds: SimpleNamespace, dim: int, encoder: SimpleNamespace | None,
+              on_progress: Callable[[int], None]) -> np.ndarray:
+    """float64 [N, dim] features of `ds`, filled a block of rows at a time (reported through
+    `on_progress(rows)`); InputError naming the dataset and row at a non-finite value."""
+    inputs = store.open_array(ds.path / "inputs")
+    out = np.empty((ds.n, dim), np.float64)
+    encode = encoder is not None and ds.modality != "latent"
+    if encode:
+        from jepa_cli.evaluation.encode import _prepare
+
+        rows = encoder.batch_size
+    else:
+        rows = max(1, READ_BYTES // (8 * max(1, int(np.prod(ds.shape)))))
+    for a in range(0, ds.n, rows):
+        b = min(a + rows, ds.n)
+        raw = store.read(inputs, slice(a, b))
+        if encode:
+            x = _prepare(raw, encoder.transform, encoder.batch_size, ds.modality)
+            out[a:b] = np.asarray(encoder.step(encoder.placed, x))[:b - a]
+        elif ds.modality == "latent":
+            out[a:b] = raw.mean(axis=1, dtype=np.float64) if raw.ndim == 3 else raw.reshape(b - a, -1)
+        else:
+            out[a:b] = raw.reshape(b - a, -1)
+            out[a:b] /= 255.0
+        bad = np.flatnonzero(~np.isfinite(out[a:b]).all(axis=1))
+        if len(bad):
+            raise InputError(f"{ds.path}: the features of sample {a + int(bad[0])} are not finite (NaN or inf); "
+                             "fd needs finite ones")
+        on_progress(b - a)
+    return out
 
 
 def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, batch_size: int = 128,
-                on_log=None) -> dict[str, Any]:
-    fa = dataset_features(a, run, batch_size, on_log)
-    fb = dataset_features(b, run, batch_size, on_log)
-    if fa.shape[1] != fb.shape[1]:
-        raise InputError(f"{a} has {fa.shape[1]}-dimensional features, {b} has {fb.shape[1]}; fd needs the same")
-    for path, f in ((a, fa), (b, fb)):
-        if len(f) < 2:
-            raise InputError(f"{path}: fd needs at least 2 samples, got {len(f)}")
-    if not (np.isfinite(fa).all() and np.isfinite(fb).all()):
-        raise InputError("features hold non-finite values")
-    value = frechet_distance(*statistics(fa), *statistics(fb))
-    return {"fd": value, "n_a": int(len(fa)), "n_b": int(len(fb)), "dim": int(fa.shape[1])}
+                on_log: Callable[[str], None] | None = None, on_start: Callable[[int], None] | None = None,
+                on_progress: Callable[[int], None] | None = None, load_run: Callable | None = None) -> dict[str, Any]:
+    """FD between the feature distributions of datasets `a` and `b` (see `_feature_dim`); returns
+    {"fd", "n_a", "n_b", "dim", "method"}. Everything is checked (the datasets, the run, the memory)
+    before features are read; `on_start(samples)` then gives the work, `on_progress(samples)` its
+    course. `load_run`: what loads the run (default `jepa_cli.training.run.load_run`)."""
+    log = on_log or (lambda message: None)
+    sets = [_dataset(a, run is not None), _dataset(b, run is not None)]
+    for ds in sets:
+        if ds.n < 2:
+            raise InputError(f"{ds.path}: fd needs at least 2 samples, got {ds.n}")
+    encoder = _load_encoder(run, batch_size, log, load_run) if run is not None else None
+    if encoder is not None:
+        encoder.batch_size = min(batch_size, max(ds.n for ds in sets))  # one compiled shape for both
+    dims = [_feature_dim(ds, encoder) for ds in sets]
+    if dims[0] != dims[1]:
+        raise InputError(f"{a} has {dims[0]}-dimensional features, {b} has {dims[1]}; fd needs the same")
+    dim, (n_a, n_b) = dims[0], (sets[0].n, sets[1].n)
+    method, work_bytes = fd_method(n_a, n_b, dim)
+    need, free = (n_a + n_b) * dim * 8 + work_bytes, store.available_memory()
+    if free is not None and need > free:
+        raise InputError(f"{a} and {b}: fd of {dim}-dimensional features ({n_a} + {n_b} samples, float64, and the "
+                         f"{method} method's matrices) needs about {store.format_bytes(need)} of memory but "
+                         f"{store.format_bytes(free)} is available; compare in an encoder's space (--run RUN) "
+                         "or at a smaller image size (jepa ingest --size)")
+    if on_start:
+        on_start(n_a + n_b)
+    fa, fb = (_features(ds, dim, encoder, on_progress or (lambda rows: None)) for ds in sets)
+    value = frechet_distance_of_features(fa, fb, method)
+    return {"fd": value, "n_a": int(n_a), "n_b": int(n_b), "dim": int(dim), "method": method}
