@@ -162,14 +162,14 @@ echo {}
 
 
 class Fake:
-    """A directory to run a recipe in with the stand-in jepa; `calls` is what it ran since `make` began."""
+    """A directory to run a recipe in with the stand-in jepa; `calls` is what it ran in the last `make`."""
 
     def __init__(self, root: Path, recipe: str = "quickstart.mk"):
         self.root, self.recipe = root, recipe
         self.jepa = root / "fake-jepa"
         self.jepa.write_text(FAKE_JEPA)
         self.jepa.chmod(0o755)
-        self.log = root / "calls.jsonl"
+        self.log = root / "calls.log"
 
     def make(self, *args: str, fail: str = "", home: Path | None = None) -> subprocess.CompletedProcess:
         self.log.write_text("")
@@ -183,13 +183,15 @@ class Fake:
         return [line.split("\037")[:-1] for line in self.log.read_text().splitlines()]
 
     def commands(self) -> list[str]:
-        """Each call's subcommand, with the name of the run, dataset or set it writes."""
+        """Each call's subcommand and the name of what it writes (a probe: its type and first input)."""
         named = []
         for call in self.calls:
-            out = call[call.index("--out") + 1] if "--out" in call else call[call.index("-o") + 1] if "-o" in call \
-                else call[2] if call[0] == "ingest" else ""
-            named.append(f"{Path(call[0]).name} {Path(out).name}".strip() if call[0] != "probe" else
-                         f"probe {call[1]} {Path(call[2]).name}")
+            if call[0] == "probe":
+                named.append(f"probe {call[1]} {Path(call[2]).name}")
+                continue
+            flag = next((f for f in ("--out", "-o") if f in call), None)
+            out = call[call.index(flag) + 1] if flag else call[2] if call[0] == "ingest" else ""
+            named.append(f"{Path(call[0]).name} {Path(out).name}".strip())
         return named
 
 
@@ -258,7 +260,7 @@ def test_a_new_title_reprints_only_the_table(fake):
 
 def test_a_step_that_failed_after_its_variable_changed_reruns_on_the_next_make(fake):
     failed = fake.make("OUT=out", "STEPS=7", fail="train")
-    assert failed.returncode != 0 and "jepa: error: failing on purpose" in failed.stderr
+    assert failed.returncode == 2 and "jepa: error: failing on purpose" in failed.stderr
     assert fake.make("OUT=out", "STEPS=7").returncode == 0
     assert fake.commands()[0] == "train run-pretrained" and len(fake.calls) == 6
 
@@ -267,8 +269,9 @@ def test_a_missing_source_fails_in_one_line_before_anything_runs_and_keeps_the_o
     table = (fake.root / "out" / "table.txt").read_bytes()
     done = fake.make("OUT=out", "SOURCE=/nonexistent")
     assert done.returncode == 2 and fake.calls == []
-    assert done.stderr.splitlines() == [
-        f"{ROOT}/recipes/quickstart.mk:103: *** /nonexistent: no such file or directory (the source to ingest).  Stop."]
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"{ROOT}/recipes/quickstart.mk:")
+    assert line.endswith(": *** /nonexistent: no such file or directory (the source to ingest).  Stop.")
     assert (fake.root / "out" / "table.txt").read_bytes() == table
 
 
@@ -280,6 +283,15 @@ def test_a_source_with_spaces_and_quotes_reaches_ingest_as_one_argument(tmp_path
     assert [call[1] for call in fake.calls if call[0] == "ingest"] == [str(source), str(source)]
     table = fake.calls[-1]
     assert table[table.index("--title") + 1] == f"{source} test split"
+
+
+def test_the_folder_recipe_titles_the_table_with_the_folders_name_spaces_included(tmp_path):
+    fake = Fake(tmp_path, "ijepa-folder.mk")
+    source = tmp_path / "holiday photos" / "2026 a  b"
+    source.mkdir(parents=True)
+    assert fake.make("OUT=out", f"SOURCE={source}/").returncode == 0
+    table = fake.calls[-1]
+    assert table[table.index("--title") + 1] == "2026 a  b test split"
 
 
 def test_a_source_under_an_unexpanded_tilde_is_read_from_home(tmp_path):
@@ -296,7 +308,7 @@ def test_an_out_that_make_cannot_name_targets_in_is_refused_in_one_line(tmp_path
     assert done.returncode == 2 and fake.calls == []
     [line] = done.stderr.splitlines()
     assert "*** OUT is empty" in line if not out else f"*** OUT='{out}' cannot be a make target" in line
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["calls.jsonl", "fake-jepa"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calls.log", "fake-jepa"]
 
 
 def test_a_flow_recipe_that_changed_retrains_the_flow_and_resamples_every_set_with_force(tmp_path):
@@ -337,7 +349,8 @@ def _venv_jepa(where: Path) -> Path:
 def _plan_without_jepa(checkout: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "JEPA"} | {"PATH": "/usr/bin:/bin"}
     return subprocess.run(["make", "--no-print-directory", "-n", "-f", str(checkout / "recipes" / "ijepa-folder.mk"),
-                           "SOURCE=builtin:digits", f"RECIPE={ROOT}/jepa_cli/recipes/ijepa-small32.toml"], cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+                           "SOURCE=builtin:digits", f"RECIPE={ROOT}/jepa_cli/recipes/ijepa-small32.toml"],
+                          cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_jepa_is_the_venv_in_the_current_directory_when_there_is_one(tmp_path):
