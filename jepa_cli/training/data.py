@@ -195,8 +195,15 @@ class DataLoader:
         return json.loads(json.dumps(self.iterator.get_state(), default=_jsonable))
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Moves the iterator to a position saved by get_state; InputError for one that does not fit
+        this dataset (a checkpoint's data state edited or saved for another dataset)."""
         if state:
-            self.iterator.set_state(state)
+            try:
+                self.iterator.set_state(state)
+            except (KeyError, IndexError, ValueError, TypeError, OverflowError) as exc:
+                raise InputError(f"{self.source.path}: the data position saved with the checkpoint "
+                                 f"({json.dumps(state, default=str)[:80]}) does not fit this dataset "
+                                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
 
     def __iter__(self):
         return self
