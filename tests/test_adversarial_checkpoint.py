@@ -197,3 +197,238 @@ def test_import_of_non_finite_weights_names_the_tensor_and_writes_nothing(run_cl
     assert_user_error(run_cli("import-checkpoint", source, "-o", out, *TINY),
                       "target_encoder tensor module.blocks.1.mlp.fc2.weight holds 2 non-finite value(s)")
     assert not out.exists()
+
+
+# -- run checkpoints: digests, saved config, data state, rotation ------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory) -> Path:
+    """A toy run trained in this process to step 6, checkpoints at 2, 4 and 6 (asynchronous saves)."""
+    from test_adversarial_train import _write_images
+
+    from jepa_cli.training.config import build_config
+    from jepa_cli.training.loop import train
+
+    root = tmp_path_factory.mktemp("toyrun")
+    data = _write_images(root / "toy.zarr", 64, 8)
+    train(build_config(dict(objective="toy_objective:make", data=str(data), out=str(root / "run"), steps=6,
+                            batch_size=16, mesh="data=1", save_every=2, warmup_steps=1, keep=0)))
+    return root / "run"
+
+
+@pytest.fixture
+def run(toy_run, tmp_path) -> Path:
+    """A copy of the toy run that a test may damage."""
+    import shutil
+
+    return Path(shutil.copytree(toy_run, tmp_path / "run", symlinks=True))
+
+
+def flip_a_byte(run: Path, step: int) -> Path:
+    """Flips one bit in the middle of the largest data file of checkpoint `step`'s state; returns it."""
+    files = [p for p in (run / "checkpoints" / str(step) / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+    target = max(files, key=lambda p: p.stat().st_size)
+    raw = bytearray(target.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    target.write_bytes(bytes(raw))
+    return target
+
+
+def test_every_saved_step_has_the_sha256_of_each_of_its_files(toy_run):
+    import hashlib
+    import json
+
+    from jepa_cli.training.checkpoint import DIGEST_FILE
+
+    for step in (2, 4, 6):
+        step_dir = toy_run / "checkpoints" / str(step)
+        record = json.loads((step_dir / DIGEST_FILE).read_text())
+        state_files = sorted(str(p.relative_to(step_dir)) for p in (step_dir / "state").rglob("*") if p.is_file())
+        assert record["algorithm"] == "sha256"
+        assert [name for name in record["files"] if name.startswith("state/")] == state_files
+        assert all(record["files"][name] == hashlib.sha256((step_dir / name).read_bytes()).hexdigest()
+                   for name in record["files"])
+
+
+def test_a_flipped_byte_is_reported_with_its_step_and_the_newest_intact_step(run, run_cli):
+    damaged = flip_a_byte(run, 6)
+    line = "checkpoint at step 6 is unreadable, its files changed since it was saved"
+    assert_user_error(run_cli("ema-inspect", run, "--step", "6"), line, damaged.name,
+                      "the newest intact checkpoint is step 4 (--step 4)")
+
+
+def test_the_latest_checkpoint_with_a_flipped_byte_is_skipped_for_the_newest_intact_one(run):
+    from jepa_cli.training.run import load_run
+
+    flip_a_byte(run, 6)
+    messages = []
+    _config, _objective, _host, step = load_run(run, on_fallback=lambda s, m: messages.append((s, m)))
+    assert step == 4
+    assert [s for s, _ in messages] == [6]
+    assert "step 6 is unreadable, its files changed" in messages[0][1]
+    assert "using step 4, the newest intact checkpoint" in messages[0][1]
+
+
+def test_a_checkpoint_saved_without_a_digest_still_restores(run, toy_run):
+    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.run import load_run, params_sha256
+
+    (run / "checkpoints" / "6" / DIGEST_FILE).unlink()
+    _config, _objective, host, step = load_run(run)
+    assert step == 6
+    assert params_sha256(host) == params_sha256(load_run(toy_run)[2])
+
+
+def test_a_damaged_digest_file_names_itself(run, run_cli):
+    from jepa_cli.training.checkpoint import DIGEST_FILE
+
+    (run / "checkpoints" / "6" / DIGEST_FILE).write_text("{not json")
+    assert_user_error(run_cli("ema-inspect", run, "--step", "6"), f"{DIGEST_FILE} is damaged",
+                      "the newest intact checkpoint is step 4")
+
+
+def test_resume_moves_a_checkpoint_with_a_flipped_byte_aside_and_trains_its_step_again(run, run_cli):
+    import json
+
+    from jepa_cli.training.checkpoint import digest_problem
+
+    flip_a_byte(run, 6)
+    data = json.loads((run / "run.json").read_text())["config"]["data"]
+    result = run_cli("train", "--objective", "toy_objective:make", "--mesh", "data=1", "--batch-size", "16",
+                     "--data", data, "--out", run, "--steps", "6", "--save-every", "2", "--resume",
+                     env={"PYTHONPATH": str(TESTS)})
+    assert result.exit_code == 0, result.stderr
+    assert "step 6 is unreadable, its files changed" in result.stderr
+    assert "using step 4, the newest intact checkpoint" in result.stderr
+    assert (run / "unreadable-checkpoints" / "6" / "state").is_dir()
+    assert digest_problem(run / "checkpoints" / "6") is None
+
+
+def test_the_checkpoints_saved_config_wins_over_a_hand_edited_run_json(run):
+    import json
+
+    from jepa_cli.training.run import load_run
+
+    record = json.loads((run / "run.json").read_text())
+    record["config"]["objective_config"]["image_size"] = 16
+    (run / "run.json").write_text(json.dumps(record))
+    config, objective, host, step = load_run(run)
+    assert config["objective_config"]["image_size"] == 8
+    assert objective.config.image_size == 8
+    assert host["params"]["encoder"]["kernel"].shape == (64, 16)
+
+
+@pytest.mark.parametrize("state", [{"next_index": 10**30}, {"next_index": -1}, {"next_index": 2.5},
+                                   {"next_index": "4"}, {"next_index": True}, ["next_index", 4]])
+def test_an_absurd_data_state_is_a_damaged_checkpoint(run, run_cli, state):
+    import json
+
+    from jepa_cli.training.checkpoint import DIGEST_FILE
+
+    (run / "checkpoints" / "6" / DIGEST_FILE).unlink()  # as a checkpoint written before digests existed
+    (run / "checkpoints" / "6" / "data" / "metadata").write_text(json.dumps(state))
+    assert_user_error(run_cli("ema-inspect", run, "--step", "6"), "checkpoint at step 6 is unreadable",
+                      "data state", "the newest intact checkpoint is step 4")
+
+
+def test_a_data_state_that_does_not_fit_the_dataset_stops_resume_in_one_line(run, run_cli):
+    import json
+
+    from jepa_cli.training.checkpoint import DIGEST_FILE
+
+    (run / "checkpoints" / "6" / DIGEST_FILE).unlink()
+    (run / "checkpoints" / "6" / "data" / "metadata").write_text(json.dumps({"epoch": 5}))
+    data = json.loads((run / "run.json").read_text())["config"]["data"]
+    result = run_cli("train", "--objective", "toy_objective:make", "--mesh", "data=1", "--batch-size", "16",
+                     "--data", data, "--out", run, "--steps", "8", "--save-every", "2", "--resume",
+                     env={"PYTHONPATH": str(TESTS)})
+    assert_user_error(result, data, 'the data position saved with the checkpoint ({"epoch": 5})')
+
+
+def test_a_reader_follows_a_checkpoint_rotated_out_while_it_reads_it(run, monkeypatch):
+    import shutil
+
+    from jepa_cli.training import checkpoint
+    from jepa_cli.training.run import load_run
+
+    held = run.parent / "held"
+    shutil.move(run / "checkpoints" / "6", held)  # the trainer is still writing step 6
+    real = checkpoint.digest_problem
+
+    def rotate_while_reading(step_dir):
+        if Path(step_dir).name == "4" and held.exists():  # keep 1: step 6 lands, step 4 goes
+            shutil.move(held, run / "checkpoints" / "6")
+            shutil.rmtree(run / "checkpoints" / "4")
+        return real(step_dir)
+
+    monkeypatch.setattr(checkpoint, "digest_problem", rotate_while_reading)
+    messages = []
+    _config, _objective, _host, step = load_run(run, on_fallback=lambda s, m: messages.append(m))
+    assert (step, messages) == (6, [])
+
+
+def test_a_step_asked_for_and_rotated_out_while_read_says_so(run, monkeypatch):
+    import shutil
+
+    from jepa_cli.errors import InputError
+    from jepa_cli.training import checkpoint
+    from jepa_cli.training.run import load_run
+
+    def rotate(step_dir):
+        shutil.rmtree(step_dir, ignore_errors=True)
+        return None
+
+    monkeypatch.setattr(checkpoint, "digest_problem", rotate)
+    with pytest.raises(InputError, match="its checkpoint at step 4 was removed while it was read") as caught:
+        load_run(run, step=4)
+    assert "corrupt" not in str(caught.value)
+
+
+# -- 12: embeddings that are not finite ---------------------------------------------------------------
+
+def test_encode_latents_of_a_run_with_nan_weights_names_the_tensor_and_writes_nothing(run, run_cli, tmp_path,
+                                                                                       monkeypatch):
+    from test_encode import image_dataset
+
+    from jepa_cli.training import run as runlib
+
+    real = runlib.load_run
+
+    def poisoned(*args, **kwargs):
+        config, objective, host, step = real(*args, **kwargs)
+        kernel = np.array(host["ema"]["kernel"])
+        kernel[3, 5] = np.nan
+        host["ema"]["kernel"] = kernel
+        return config, objective, host, step
+
+    monkeypatch.setattr(runlib, "load_run", poisoned)
+    data = image_dataset(tmp_path / "data.zarr", n=6, size=8)
+    out = tmp_path / "emb.zarr"
+    assert_user_error(run_cli("encode-latents", run, data, "-o", out, "--mesh", "data=1"),
+                      f"{run}: the target encoder at step 6 holds 1 non-finite value(s)", "['kernel']")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.zarr", "run"]
+
+
+def test_embeddings_with_non_finite_rows_are_never_committed(tmp_path):
+    from test_encode import image_dataset
+
+    from jepa_cli.data import store
+    from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.encode import encode_dataset
+
+    data = image_dataset(tmp_path / "data.zarr", n=6, size=4)
+
+    def encode(params, images):  # rows whose first pixel is above 128 come out as NaN
+        import jax.numpy as jnp
+
+        tokens = images.reshape(images.shape[0], 1, -1)
+        return jnp.where(tokens[:, :, :1] > 128, jnp.nan, tokens)
+
+    first = store.read_array(data / "inputs")[:, 0, 0, 0]
+    with pytest.raises(InputError, match=f"RUN at step 3 gives non-finite embeddings \\(NaN or inf\\) for "
+                                         f"{int((first > 128).sum())} of the 6 samples 0..5"):
+        encode_dataset(data, tmp_path / "emb.zarr", encode, {}, batch_size=8, encoder_name="RUN at step 3")
+    assert not (tmp_path / "emb.zarr").exists()

@@ -189,3 +189,26 @@ def test_strided_and_shared_storages_read_like_torch_does(tmp_path):
         want = value.detach().float().numpy() if key == "bf16" else value.detach().numpy()
         np.testing.assert_array_equal(got[key].astype(want.dtype), want, err_msg=key)
         assert str(got[key].dtype) == str(value.dtype).removeprefix("torch."), key
+
+
+def test_the_imported_checkpoint_carries_the_digest_of_its_files(imported):
+    from jepa_cli.training.checkpoint import DIGEST_FILE, digest_problem
+
+    run, _ = imported
+    step_dir = run / "checkpoints" / "30"
+    record = json.loads((step_dir / DIGEST_FILE).read_text())
+    assert any(name.startswith("state/") for name in record["files"])
+    assert digest_problem(step_dir) is None
+
+
+def test_an_import_whose_checkpoint_does_not_read_back_as_written_fails_and_writes_nothing(run_cli, tmp_path,
+                                                                                          monkeypatch):
+    from jepa_cli.training import checkpoint
+
+    monkeypatch.setattr(checkpoint, "digest_problem", lambda step_dir: "state/d/0 does not match its SHA-256")
+    out = tmp_path / "run"
+    result = run_cli("import-checkpoint", CHECKPOINT, "-o", out, *TINY)
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr.splitlines() == [f"jepa: error: {out}: the imported checkpoint does not read back as written "
+                                          "(state/d/0 does not match its SHA-256); nothing written"]
+    assert list(tmp_path.iterdir()) == []

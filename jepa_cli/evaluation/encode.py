@@ -130,8 +130,12 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
                    force: bool = False, unit_rows: int | None = None, chunk_n: int | None = None,
                    on_progress: Callable[[int], None] | None = None,
                    on_start: Callable[[int, int], None] | None = None,
-                   on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   on_log: Callable[[str], None] | None = None, encoder_name: str = "the encoder") -> dict[str, Any]:
     """Encodes `source`'s inputs into the latent dataset `output`; returns a summary.
+
+    A unit whose embeddings hold NaN or inf is never written: an InputError names `encoder_name`
+    (e.g. "RUN at step N"), how many of the unit's rows are affected and which rows, and `output` is
+    not written (units finished before it stay in the resumable partial).
 
     `job`: what identifies this computation for resuming (JSON-able; the source path and content
     fingerprint, pool and batch layout are added). `attributes`: extra group attributes (e.g.
@@ -208,6 +212,10 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
             if on_progress:
                 on_progress(pending[1])
             z = np.concatenate(parts, axis=0)
+            bad = int(np.count_nonzero(~np.isfinite(z.reshape(len(z), -1)).all(axis=1)))
+            if bad:
+                raise InputError(f"{encoder_name} gives non-finite embeddings (NaN or inf) for {bad} of the "
+                                 f"{b - a} samples {a}..{b - 1} of {source}; {output} not written")
             z_store[a:b].write(z).result()
             unit_stats[i] = chunk_stats(z)
             count, mean, m2 = unit_stats[i]
@@ -273,6 +281,20 @@ def select_encoder(objective, host: dict[str, Any], weights: str, run_dir) -> An
     return params["encoder"]
 
 
+def _check_finite(params: Any, what: str) -> None:
+    """InputError naming the first parameter that holds NaN or inf (a diverged run's weights): every
+    embedding would be NaN, so nothing is encoded."""
+    import jax
+
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        value = np.asarray(leaf)
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+            raise InputError(f"{what} holds {bad} non-finite value(s) (NaN or inf) of {value.size} in "
+                             f"{jax.tree_util.keystr(path)}; its embeddings would be NaN (a diverged run? pick an "
+                             "earlier --step)")
+
+
 def _check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: int | None, run_dir: Path) -> None:
     """Images `[N, H, W, C]` must have the channels the run's encoder was trained on."""
     if channels is None or attrs.get("layout") != "NHWC" or not (Path(source) / "inputs").exists():
@@ -317,6 +339,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         from jepa_cli.training.run import load_run
     config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
     encoder_params = select_encoder(objective, host, weights, run_dir)
+    _check_finite(encoder_params, f"{run_dir}: the {weights} encoder at step {step}")
     last_layers = LAYERS[layers]
 
     def encode_fn(p, images):
@@ -352,5 +375,6 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
                              batch_size=batch_size, mesh=mesh_obj, job=job,
                              attributes={"provenance": provenance, "pool": pool, "layers": layers},
-                             force=force, on_progress=on_progress, on_start=on_start, on_log=log)
+                             force=force, on_progress=on_progress, on_start=on_start, on_log=log,
+                             encoder_name=f"{run_dir} at step {step} ({weights} encoder)")
     return summary | {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers}

@@ -1,13 +1,24 @@
 """Orbax checkpoints under RUN/checkpoints/<step>/: state, data iterator state, resolved config,
 package versions. Orbax writes each step to a temporary directory and renames it when complete, so
 a half-written checkpoint is never listed, hence never restored. A complete checkpoint whose files
-were damaged later (truncated, overwritten) is an UnreadableCheckpoint naming its step; readers that
-want "the latest" fall back to the newest one that reads back (restore_newest)."""
+were damaged later (truncated, overwritten, a flipped byte) is an UnreadableCheckpoint naming its step;
+readers that want "the latest" fall back to the newest one that reads back (restore_newest).
+
+Integrity: once a step is committed, process 0 writes `<step>/jepa_digest.json` (atomically): the
+SHA-256 of every file of the step's items. A restore compares the files with it before reading
+them, so damage that would still decode (a flipped byte in an uncompressed chunk) is caught. A step
+without the file (one written before digests existed, or read in the moment between its commit and
+its digest) restores unchecked. A step that disappears while it is read (a trainer with `--keep`
+rotated it out) is not damage: restore_newest goes on with the newest step there is then."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
+import json
+import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +33,9 @@ UNREADABLE_DIR = "unreadable-checkpoints"  # RUN/<this>/<step>: where a resume m
 # on CPU). Below this many bytes per slice one replica writes the whole array (large arrays of large
 # models keep the parallel write). Measured in benchmarks/NOTES.md.
 REPLICA_PARALLEL_MIN_SLICE_BYTES = 4 << 20
+DIGEST_FILE = "jepa_digest.json"  # <step>/<this>: {"algorithm": "sha256", "files": {relative path: hex digest}}
+RETRIES = 5  # how often restore_newest starts over when the step it reads is rotated out meanwhile
+DATA_STATE_MAX = 2**53  # a data position above this (9e15 examples) is damage, not progress
 PACKAGES = ("jepa-cli", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "tensorstore", "numpy")
 
 
@@ -56,8 +70,89 @@ class UnreadableCheckpoint(InputError):
         self.step = step
 
 
+class CheckpointRemoved(InputError):
+    """A checkpoint that disappeared while it was read (exit code 2): rotated out by a trainer that keeps
+    fewer checkpoints, not damaged; `step` names it."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in blocks of 4 MiB."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_digests(step_dir: Path) -> dict[str, str]:
+    """{path relative to step_dir: SHA-256} of every file under the step's items (state, data, config,
+    versions). FileNotFoundError when the step disappears meanwhile."""
+    paths = [Path(root) / name for item in ITEMS if (step_dir / item).is_dir()
+             for root, _dirs, files in os.walk(step_dir / item) for name in files]
+    digests = [sha256_of(path) for path in paths]
+    if not step_dir.is_dir():
+        raise FileNotFoundError(str(step_dir))
+    return dict(sorted((str(p.relative_to(step_dir)), d) for p, d in zip(paths, digests)))
+
+
+def write_digest(step_dir: str | Path) -> None:
+    """Writes step_dir/DIGEST_FILE (through a temporary file renamed into place) for a committed step."""
+    step_dir = Path(step_dir)
+    record = {"algorithm": "sha256", "files": _file_digests(step_dir)}
+    tmp = step_dir / f".{DIGEST_FILE}.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, step_dir / DIGEST_FILE)
+
+
+def digest_problem(step_dir: str | Path) -> str | None:
+    """Why the step's files do not match their digest, or None when they do or when the step has no
+    digest. A file the digest lists that is missing or whose bytes changed is named; files it does
+    not list are not read by anything and are ignored. FileNotFoundError when the step disappears."""
+    step_dir = Path(step_dir)
+    path = step_dir / DIGEST_FILE
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        if not step_dir.is_dir():
+            raise
+        return None
+    except (ValueError, UnicodeDecodeError, OSError):
+        record = None
+    files = record.get("files") if isinstance(record, dict) and record.get("algorithm") == "sha256" else None
+    if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
+        return f"{path} is damaged (remove it to read the step unchecked)"
+    found = _file_digests(step_dir)
+    for name, digest in files.items():
+        if name not in found:
+            return f"{name} is missing"
+        if found[name] != digest:
+            return f"{name} does not match its SHA-256 in {DIGEST_FILE}"
+    return None
+
+
+def _check_data_state(data: Any) -> dict[str, Any]:
+    """The restored data iterator state, once it is a JSON object of counts (grain's iterator keeps its
+    position as one); anything else, e.g. a position of 10^30, is a damaged checkpoint."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ValueError(f"the data state is a {type(data).__name__}, not a JSON object")
+    for key, value in data.items():
+        if type(value) is not int or not 0 <= value < DATA_STATE_MAX:
+            raise ValueError(f"the data state has {key} = {str(value)[:40]}, not a count below 2^53")
+    return data
+
+
 class Checkpoints:
-    """A thin CheckpointManager: save(step, state_dict, data_state, config), restore(step, target)."""
+    """A thin CheckpointManager: save(step, state_dict, data_state, config), restore(step, target).
+
+    Each save is followed, once the step is committed, by its digest (write_digest): at once for a
+    synchronous save, by a thread that waits for the commit for an asynchronous one. The digest of a
+    step is written holding a lock that save() also takes, and only while orbax still lists the step,
+    so that a step rotated out by the next save is never written into while it is deleted."""
 
     def __init__(self, run_dir: str | Path, keep: int | None = None, async_save: bool = True, create: bool = True):
         import orbax.checkpoint as ocp
@@ -68,6 +163,9 @@ class Checkpoints:
         options = ocp.CheckpointManagerOptions(max_to_keep=keep or None, create=create,
                                                enable_async_checkpointing=async_save)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
+        self._async = async_save
+        self._digest_lock = threading.Lock()
+        self._digesters: list[threading.Thread] = []
 
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
@@ -83,45 +181,112 @@ class Checkpoints:
             config=ocp.args.JsonSave(config),
             versions=ocp.args.JsonSave(package_versions()),
         )
-        return self.manager.save(int(step), args=args, force=True)
+        with self._digest_lock:
+            saved = self.manager.save(int(step), args=args, force=True)
+        if saved and jax.process_index() == 0:
+            if self._async:
+                self._digesters = [t for t in self._digesters if t.is_alive()]
+                thread = threading.Thread(target=self._digest_when_committed, args=(int(step),),
+                                          name=f"jepa-digest-{step}", daemon=True)
+                thread.start()
+                self._digesters.append(thread)
+            else:
+                self._write_digest(int(step))
+        return saved
+
+    def _write_digest(self, step: int) -> None:
+        with self._digest_lock:
+            if step in self.manager.all_steps():
+                write_digest(self.directory / str(step))
+
+    def _digest_when_committed(self, step: int) -> None:
+        try:
+            self.manager.wait_until_finished()
+            self._write_digest(step)
+        except Exception:  # noqa: BLE001 - a failed save is the trainer's to report (its next save or wait);
+            pass  # the step then simply has no digest
 
     def restore(self, step: int, target: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Restores onto `target` (ShapeDtypeStructs with the wanted shardings): any mesh works.
+        `target` may also be a function of the step's own saved config (a dict) that returns them.
 
         A checkpoint whose tree or shapes differ from `target` (another model) is an InputError; one
-        whose files are damaged is an UnreadableCheckpoint."""
+        whose files are damaged (or do not match its digest) is an UnreadableCheckpoint; one that
+        disappears meanwhile is a CheckpointRemoved."""
+        try:
+            return self._restore(int(step), target)
+        except (UnreadableCheckpoint, FileNotFoundError) as exc:
+            if not (self.directory / str(step)).is_dir():
+                raise CheckpointRemoved(f"{self.directory.parent}: its checkpoint at step {step} was removed while "
+                                        "it was read (a trainer keeping fewer checkpoints rotated it out)",
+                                        int(step)) from None
+            if isinstance(exc, FileNotFoundError):
+                raise self._unreadable(step, exc) from None
+            raise
+
+    def _restore(self, step: int, target: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         ocp = self._ocp
+        problem = digest_problem(self.directory / str(step))
+        if problem is not None:
+            raise UnreadableCheckpoint(f"{self.directory.parent}: checkpoint at step {step} is unreadable, its files "
+                                       f"changed since it was saved ({self.directory / str(step)}: {problem})", step)
+        if callable(target):
+            try:
+                config = self.restore_json(step, "config")
+            except Exception as exc:  # noqa: BLE001 - a damaged or missing config item
+                raise self._unreadable(step, exc) from None
+            target = target(config)
         self._precheck(step, target)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore(),
                                   config=ocp.args.JsonRestore())
         try:
-            out = self.manager.restore(int(step), args=args)
+            out = self.manager.restore(step, args=args)
+            data = _check_data_state(out["data"])
         except Exception as exc:  # noqa: BLE001 - the tree matched (_precheck): TensorStore, JSON or orbax
             raise self._unreadable(step, exc) from None  # errors here mean damaged files, whatever their type
         _check_shapes(out["state"], target, self.directory.parent, step)
-        return out["state"], dict(out["data"] or {}), dict(out["config"] or {})
+        return out["state"], data, dict(out["config"] or {})
+
+    def newest_intact(self, exclude: int) -> int | None:
+        """The newest step other than `exclude` whose files match its digest (or that has none), for
+        naming what to use instead of a damaged step; None when there is none."""
+        for step in reversed(self.steps()):
+            try:
+                if step != exclude and digest_problem(self.directory / str(step)) is None:
+                    return step
+            except FileNotFoundError:
+                continue
+        return None
 
     def restore_newest(self, target: Any, on_fallback: Callable[[int, str], None] | None = None
                        ) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(step, state, data, config) of the newest checkpoint that reads back. Each newer, unreadable
         one is reported as on_fallback(step, message); another model's checkpoint is an InputError at
         once (every checkpoint of a run holds the same model, so an older one would not help)."""
-        steps = self.steps()
-        if not steps:
-            raise InputError(f"{self.directory.parent}: holds no checkpoint yet")
-        skipped: list[UnreadableCheckpoint] = []
-        for step in reversed(steps):
-            try:
-                restored = self.restore(step, target)
-            except UnreadableCheckpoint as exc:
-                skipped.append(exc)
-                continue
-            for exc in skipped:
-                if on_fallback is not None:
-                    on_fallback(exc.step, f"{exc}; using step {step}, the newest intact checkpoint")
-            return (step, *restored)
-        raise UnreadableCheckpoint(f"{self.directory.parent}: no checkpoint reads back (steps "
-                                   f"{', '.join(map(str, steps))}); the newest: {skipped[0]}", steps[-1])
+        for _ in range(RETRIES + 1):
+            steps = self.steps()
+            if not steps:
+                raise InputError(f"{self.directory.parent}: holds no checkpoint yet")
+            skipped: list[UnreadableCheckpoint] = []
+            for step in reversed(steps):
+                try:
+                    restored = self.restore(step, target)
+                except CheckpointRemoved:
+                    break  # rotated out while read: list again, the trainer saved a newer one
+                except UnreadableCheckpoint as exc:
+                    skipped.append(exc)
+                    continue
+                for exc in skipped:
+                    if on_fallback is not None:
+                        on_fallback(exc.step, f"{exc}; using step {step}, the newest intact checkpoint")
+                return (step, *restored)
+            else:
+                raise UnreadableCheckpoint(f"{self.directory.parent}: no checkpoint reads back (steps "
+                                           f"{', '.join(map(str, steps))}); the newest: {skipped[0]}", steps[-1])
+            self.manager.reload()
+        raise InputError(f"{self.directory.parent}: each of its newest checkpoints was removed while it was read, "
+                         f"{RETRIES + 1} times (a trainer keeping fewer checkpoints rotates them out faster than they "
+                         "can be read; read a run that is not training, or train with a larger --keep)")
 
     def set_aside(self, step: int) -> Path:
         """Moves a damaged checkpoint out of the way (RUN/unreadable-checkpoints/<step>, never deleted),
@@ -168,10 +333,14 @@ class Checkpoints:
         return dict(self.manager.restore(int(step), args=ocp.args.Composite(**{item: ocp.args.JsonRestore()}))[item])
 
     def wait(self) -> None:
+        """Waits for the save in flight and the digests of every saved step."""
         self.manager.wait_until_finished()
+        for thread in self._digesters:
+            thread.join()
+        self._digesters = []
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
+        self.wait()
         self.manager.close()
 
 

@@ -6,13 +6,14 @@ What is imported: the context encoder and the predictor as the run's params, the
 its EMA, the step `epoch x ipe` (the official checkpoints store epochs; `ipe` is the iterations per
 epoch of the official run, 625 for in1k_vith14: 1,281,167 images // batch 2048). What is not: the
 optimizer's moments (AdamW starts from zero on `--resume`) and the data position (a resumed run
-starts its data from the beginning). run.json records the source file's name and SHA-256.
+starts its data from the beginning). run.json records the source file's name and SHA-256; the
+checkpoint's digest (training/checkpoint.py) is checked against its files before the run is moved
+into place.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -34,14 +35,6 @@ class ImportOptions:
     epochs: int = IN1K_EPOCHS
     batch_size: int = 2048  # in1k_vith14: 16 GPUs x 128
     seed: int = 0
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.ndarray]]:
@@ -86,6 +79,17 @@ def _check_shapes(ours: Any, want: Any, source: Path, what: str) -> None:
                          "check --model and the predictor options)")
 
 
+def _check_written(step_dir: Path, out: str | Path) -> None:
+    """The checkpoint just written has its digest and its files match it (a disk that lost or changed
+    bytes on the way is caught before the run is moved into place)."""
+    from jepa_cli.errors import JepaError
+    from jepa_cli.training.checkpoint import DIGEST_FILE, digest_problem
+
+    problem = digest_problem(step_dir) if (step_dir / DIGEST_FILE).is_file() else f"no {DIGEST_FILE} was written"
+    if problem is not None:
+        raise JepaError(f"{out}: the imported checkpoint does not read back as written ({problem}); nothing written")
+
+
 def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Writes RUN `out` (atomically: all of it or nothing) from the official checkpoint `source`.
@@ -95,7 +99,7 @@ def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
     from jepa_cli.data.store import atomic_directory
     from jepa_cli.models.convert import from_official
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
-    from jepa_cli.training.checkpoint import Checkpoints
+    from jepa_cli.training.checkpoint import Checkpoints, sha256_of
     from jepa_cli.training.config import build_config, resolve_lengths
     from jepa_cli.training.run import build_optimizer, make_objective, objective_config_of, write_run
     from jepa_cli.training.state import TrainState
@@ -138,10 +142,11 @@ def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
         record["config"]["out"] = str(out)
         ckpts = Checkpoints(tmp, keep=None, async_save=False)
         try:
-            ckpts.save(step, state.as_dict(), {}, record["config"])
+            ckpts.save(step, state.as_dict(), {}, {**record["config"], "lengths": lengths})
             ckpts.wait()
         finally:
             ckpts.close()
+        _check_written(tmp / "checkpoints" / str(step), out)
         write_run(tmp, record)
     count = lambda tree: int(sum(np.size(v) for v in jax.tree.leaves(tree)))  # noqa: E731
     return {"run": str(out), "step": step, "epoch": epoch, "source": str(source), "sha256": digest,

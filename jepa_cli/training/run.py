@@ -165,42 +165,71 @@ def abstract_state(objective, tx, abstract_params: Any = None):
 def load_run(run_dir: str | Path, step: int | None = None, on_fallback: Callable[[int, str], None] | None = None):
     """(resolved_config dict, objective, {'params', 'ema'} as host numpy pytrees, step).
 
-    `step` None: the newest checkpoint that reads back; each newer, damaged one is reported as
-    on_fallback(step, message). A given `step` that is damaged is an InputError naming it, as is
-    a checkpoint that is another model's."""
+    The model is built from the configuration saved with the checkpoint read, not from run.json:
+    the weights were trained with it, and run.json is the run's description for people and `jepa
+    info` (editing it changes nothing here). `step` None: the newest checkpoint that reads back; each
+    newer, damaged one is reported as on_fallback(step, message), and one rotated out while it is
+    read (a trainer with --keep) is followed by the newest there is then. A given `step` that is
+    damaged is an InputError naming it and the newest intact one, as is a checkpoint that is another
+    model's."""
     import jax
     from jax.sharding import SingleDeviceSharding
 
-    from jepa_cli.training.checkpoint import Checkpoints
-    from jepa_cli.training.config import build_config
+    from jepa_cli.training.checkpoint import Checkpoints, UnreadableCheckpoint
     from jepa_cli.training.state import TrainState
 
     record = read_run(run_dir)
-    config = record["config"]
-    cfg = build_config(config)
-    lengths = record["lengths"]
-    objective = make_objective(cfg.objective, cfg.objective_config)
     steps = checkpoint_steps(run_dir)
     if not steps:
         raise InputError(f"{run_dir}: holds no checkpoint yet")
     if step is not None and step not in steps:
         raise InputError(f"{run_dir}: no checkpoint at step {step} (checkpoints: {', '.join(map(str, steps))})")
-    abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
-    tx, *_ = build_optimizer(cfg, objective, lengths, abstract_params)
-    sharding = SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                          abstract_state(objective, tx).as_dict())
+    built: dict[str, Any] = {}
+    models: dict[str, tuple[dict[str, Any], Any, Any]] = {}  # by saved config: each is built once
+
+    def target(saved: dict[str, Any]) -> Any:
+        """The restore target of the model the checkpoint's own config describes."""
+        key = json.dumps(saved, sort_keys=True, default=str)
+        if key not in models:
+            models[key] = _model_of(saved, record)
+        config, objective, abstract = models[key]
+        built.update(config=config, objective=objective)
+        sharding = SingleDeviceSharding(jax.devices()[0])
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), abstract)
+
     ckpts = Checkpoints(run_dir, keep=None, async_save=False, create=False)
     try:
         if step is None:
             step, state, _data, _cfg = ckpts.restore_newest(target, on_fallback)
         else:
-            state, _data, _cfg = ckpts.restore(step, target)
+            try:
+                state, _data, _cfg = ckpts.restore(step, target)
+            except UnreadableCheckpoint as exc:
+                intact = ckpts.newest_intact(exclude=step)
+                raise UnreadableCheckpoint(f"{exc}; " + (f"the newest intact checkpoint is step {intact} (--step "
+                                                         f"{intact})" if intact is not None else
+                                                         "no other checkpoint is intact"), step) from None
     finally:
         ckpts.close()
     state = TrainState.from_dict(state)
     host = {"params": jax.tree.map(np.asarray, state.params), "ema": jax.tree.map(np.asarray, state.ema)}
-    return config, objective, host, int(step)
+    return built["config"], built["objective"], host, int(step)
+
+
+def _model_of(saved: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    """(config, objective, abstract TrainState dict) of a checkpoint's saved config (the resolved
+    trainer config plus its "lengths"; run.json's lengths for a checkpoint saved without them)."""
+    import jax
+
+    from jepa_cli.training.config import build_config
+
+    config = {k: v for k, v in saved.items() if k != "lengths"}
+    lengths = saved.get("lengths") if isinstance(saved.get("lengths"), dict) else record["lengths"]
+    cfg = build_config(config)
+    objective = make_objective(cfg.objective, cfg.objective_config)
+    abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
+    tx, *_ = build_optimizer(cfg, objective, lengths, abstract_params)
+    return config, objective, abstract_state(objective, tx, abstract_params).as_dict()
 
 
 def params_sha256(tree: Any) -> str:
