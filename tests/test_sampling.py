@@ -89,3 +89,20 @@ def test_bad_intervals_are_refused(setup):
     assert check_interval(diffusion, (0.3, 20.0)) == (0.3, 20.0)  # sigma has no upper bound
     with pytest.raises(InputError, match="ddim"):
         make_sampler(diffusion, steps=4, sampler="heun")
+
+
+def test_a_sampling_batch_beyond_n_is_cut_to_n_rounded_up_to_the_devices():
+    from types import SimpleNamespace
+
+    from jepa_cli.sampling.sampler import sampling_batch_size
+
+    two_devices = SimpleNamespace(shape={"data": 2, "fsdp": 1})
+    assert sampling_batch_size(3, 10**9, two_devices) == 4
+    assert sampling_batch_size(3, 10**9) == 3
+    assert sampling_batch_size(100, 7, two_devices) == 8
+
+
+def test_absurdly_many_sampling_steps_are_refused_before_planning(setup):
+    obj, _ = setup
+    with pytest.raises(InputError, match=r"--steps must be in 1\.\.10000, got 1000000000"):
+        make_sampler(obj, steps=10**9)

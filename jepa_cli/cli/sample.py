@@ -6,7 +6,7 @@ import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, progress_bar, warn
 from jepa_cli.cli.complete import complete_runs, complete_steps
-from jepa_cli.objectives.genconfig import ETA_RANGE, MAX_GUIDANCE_SCALE
+from jepa_cli.objectives.genconfig import ETA_RANGE, MAX_GUIDANCE_SCALE, MAX_SAMPLING_STEPS
 
 
 def _interval(ctx, param, value):
@@ -45,7 +45,7 @@ def _classes(ctx, param, value):
               help="ODE sampler (euler/heun) or DDIM.")
 @click.option("--eta", type=click.FloatRange(*ETA_RANGE), default=0.0, show_default=True,
               help="DDIM stochasticity (0: deterministic, 1: DDPM's noise).")
-@click.option("--steps", type=int, default=32, show_default=True, help="Sampling steps.")
+@click.option("--steps", type=click.IntRange(1, MAX_SAMPLING_STEPS), default=32, show_default=True, help="Sampling steps.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="PRNG seed.")
 @click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps,
               help="Checkpoint step (default: the latest).")

@@ -26,6 +26,9 @@ MAX_GUIDANCE_SCALE = 100.0
 # DDIM's eta (Song et al. 2021, eq. 16): 0 deterministic, 1 the DDPM posterior's noise; above 1 the
 # injected noise would exceed the step's whole noise budget sigma_s.
 ETA_RANGE = (0.0, 1.0)
+# Sampling steps: samplers in use take 1..1000 (DDPM's 1000 the most); the trajectory's plan is
+# built step by step before tracing, so 10^9 steps would exhaust memory before the first sample.
+MAX_SAMPLING_STEPS = 10_000
 
 
 def _opt(default, help: str, flag: bool = True, applies: tuple[str, ...] = ("flow", "diffusion"),

@@ -66,7 +66,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     has samples drawn); `on_progress(samples)` after each batch drawn."""
     log = on_log or (lambda message: None)
     mark = signal_mark()
-    from jepa_cli.sampling.sampler import SAMPLERS, check_interval
+    from jepa_cli.sampling.sampler import SAMPLERS, check_interval, sampling_batch_size
     from jepa_cli.training.run import load_run, params_sha256, read_run
 
     run_dir = Path(run_dir)
@@ -78,8 +78,8 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         raise InputError(f"unknown sampler {sampler!r} (choose from {', '.join(SAMPLERS)})")
     if not 0.0 <= guidance_scale <= MAX_GUIDANCE_SCALE:  # also NaN, which compares false
         raise InputError(f"--guidance-scale must be a number in [0, {MAX_GUIDANCE_SCALE:g}], got {guidance_scale}")
-    if batch_size < 1 or steps < 1:
-        raise InputError("--batch-size and --steps must be >= 1")
+    if batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {batch_size}")
     output = store.check_output(output, force, "dataset", [run_dir])
     if png is not None:
         png = store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
@@ -96,8 +96,13 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     data_dtype = objective.to_data(np.zeros((1, *objective.sample_shape), np.float32)).dtype
     row_shape = tuple(objective.sample_shape)
     chunk_n = store.chunk_rows(row_shape, data_dtype.itemsize)
+    mesh_obj = None
+    if mesh:
+        from jepa_cli.training.mesh import make_mesh
+
+        mesh_obj = make_mesh(mesh)
     labels = resolve_labels(objective, n, classes, all_classes, run_dir, check_count=lambda count: _check_room(
-        output, (count, *row_shape), data_dtype, chunk_n, batch_size))
+        output, (count, *row_shape), data_dtype, chunk_n, sampling_batch_size(count, batch_size, mesh_obj)))
     lo_hi = check_interval(objective, guidance_interval)
     if guidance_scale != 1.0 and objective.config.num_classes == 0:
         raise InputError(f"{run_dir}: the model is unconditional; --guidance-scale needs a class-conditional run")
@@ -107,11 +112,6 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     if png is not None and objective.config.modality != "image":
         raise InputError("--png draws image samples; this run samples latents")
     params = host["ema"] if weights == "ema" else host["params"]
-    mesh_obj = None
-    if mesh:
-        from jepa_cli.training.mesh import make_mesh
-
-        mesh_obj = make_mesh(mesh)
     y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
     c = objective.config
     data_shape = (len(y), *row_shape)
@@ -133,7 +133,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),
                                   source=f"jepa sample {run_dir}", split=None, num_samples=len(y),
                                   sampling=sampling, provenance=provenance, **extra)
-    from jepa_cli.sampling.sampler import sample_batches, sampling_batch_size
+    from jepa_cli.sampling.sampler import sample_batches
 
     # Units of whole batches (batch i always holds the same rows and key), at least a chunk's rows.
     per_batch = sampling_batch_size(len(y), batch_size, mesh_obj)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jepa_cli.errors import InputError
-from jepa_cli.objectives.genconfig import ETA_RANGE
+from jepa_cli.objectives.genconfig import ETA_RANGE, MAX_SAMPLING_STEPS
 
 SAMPLERS = ("euler", "heun", "ddim")
 
@@ -103,8 +103,8 @@ def make_sampler(objective, *, steps: int, sampler: str = "euler", eta: float = 
     unguided one a pass over x with the labels."""
     if sampler not in SAMPLERS:
         raise InputError(f"unknown sampler {sampler!r} (choose from {', '.join(SAMPLERS)})")
-    if steps < 1:
-        raise InputError(f"--steps must be >= 1, got {steps}")
+    if not 1 <= steps <= MAX_SAMPLING_STEPS:
+        raise InputError(f"--steps must be in 1..{MAX_SAMPLING_STEPS}, got {steps}")
     lo, hi = ETA_RANGE
     if not lo <= eta <= hi:  # also NaN, which compares false
         raise InputError(f"--eta must be a number in [{lo:g}, {hi:g}], got {eta}")
@@ -166,12 +166,13 @@ def jit_sampler(fn: Callable, mesh=None) -> Callable:
 
 
 def sampling_batch_size(n: int, batch_size: int, mesh=None) -> int:
-    """Samples per jitted trajectory: `batch_size` rounded up to the mesh's data-parallel devices
-    (the last batch is padded), or at most n without a mesh. Idempotent."""
+    """Samples per jitted trajectory: `batch_size`, at most n, rounded up to the mesh's data-parallel
+    devices (the last batch is padded). Idempotent."""
+    size = max(1, min(batch_size, n))  # a batch beyond n would only trace and fill padding
     if mesh is None:
-        return max(1, min(batch_size, n))
+        return size
     dp = int(mesh.shape["data"] * mesh.shape["fsdp"])
-    return -(-batch_size // dp) * dp
+    return -(-size // dp) * dp
 
 
 def sample_batches(objective, params: Any, labels: np.ndarray, *, steps: int, sampler: str = "euler",
