@@ -3,6 +3,10 @@
 Library code raises these; the CLI turns them into `jepa: error: ...` and the exit code.
 """
 
+import errno
+import os
+import re
+
 
 class JepaError(Exception):
     """A failure while running (exit code 1)."""
@@ -79,3 +83,37 @@ def received_signal(since: int = 0) -> int | None:
     None. A signal landing inside a C extension's import turns into an ImportError that no longer says
     it was a signal; this does."""
     return _received[-1] if _received[since:] else None
+
+
+# The file system refusing a read or a write: a full disk or quota, no permission, a read-only mount,
+# a name too long, a file over the size limit, a file where a path needs a folder (or the reverse), a
+# loop of symbolic links. The user fixes these, not the program (exit code 2).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
+                            errno.ENAMETOOLONG, errno.EFBIG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP})
+# TensorStore (zarr arrays, orbax checkpoints) reports the errno in its text, and the path in quotes before it
+_TENSORSTORE_ERRNO = re.compile(r"\[os_error_code='?(\d+)'?\]")
+
+
+def storage_failure(exc: BaseException | None, where: str | os.PathLike | None = None) -> str | None:
+    """`PATH: no space left on device` (the path the error names, else `where`) when `exc`, or an
+    exception it was raised from or while handling, is the file system refusing (STORAGE_ERRNOS);
+    None for anything else."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        code, path = None, None
+        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+            code, path = exc.errno, exc.filename
+        else:
+            text = str(exc)
+            match = _TENSORSTORE_ERRNO.search(text)
+            if match and int(match.group(1)) in STORAGE_ERRNOS:
+                code = int(match.group(1))
+                quoted = re.findall(r'"([^"\\]+)"', text[:match.start()].split("tensorstore_spec")[0])
+                path = quoted[-1] if quoted else None
+        if code is not None:
+            path = path if path is not None else where
+            reason = os.strerror(code).lower()
+            return f"{os.fsdecode(path)}: {reason}" if path is not None else reason
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -15,7 +15,8 @@ import click
 
 from jepa_cli import __version__
 from jepa_cli.errors import (JepaError, Terminated, completed_mark, completed_since, raise_if_signalled_since,
-                             raise_interrupted, raise_terminated, received_signal, signal_mark)
+                             raise_interrupted, raise_terminated, received_signal, signal_mark,
+                             storage_failure)
 
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
@@ -125,6 +126,9 @@ class JepaGroup(click.Group):
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
             if os.environ.get("JEPA_DEBUG") == "1":
                 raise
+            refused = storage_failure(exc)  # a full disk, a read-only folder, a name too long: every command
+            if refused is not None:
+                _fail(refused, 2)
             _fail(f"{type(exc).__name__}: {exc} (rerun with JEPA_DEBUG=1 for the traceback)", 1)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
@@ -233,7 +237,32 @@ def _fail(message: str, code: int) -> None:
 
     line = utf8_text(" ".join(str(message).split()))  # one line of valid UTF-8, whatever the message held
     click.echo(f"jepa: error: {line}", err=True)
+    _quiet_stderr_at_exit()
     sys.exit(code)
+
+
+_stderr_closed_at_exit = False
+
+
+def _quiet_stderr_at_exit() -> None:
+    """After the error line, nothing else may reach stderr: a library's writes abandoned by the failure
+    (orbax's and TensorStore's, after a full disk) can still end while the interpreter shuts down, when
+    Python prints their tracebacks with its default hooks, past every filter. So, at exit, the process's
+    stderr goes to /dev/null. Only for the real process (in-process callers keep their stderr)."""
+    global _stderr_closed_at_exit
+    if _stderr_closed_at_exit or sys.stderr is not sys.__stderr__:
+        return
+    _stderr_closed_at_exit = True
+    import atexit
+
+    def close_stderr() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+
+    atexit.register(close_stderr)
 
 
 @click.group(cls=JepaGroup, context_settings={"auto_envvar_prefix": "JEPA", "help_option_names": ["-h", "--help"]})

@@ -10,10 +10,13 @@ gradient stops the run with the last good checkpoint kept.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import threading
@@ -23,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.errors import InputError, JepaError, Terminated
+from jepa_cli.errors import InputError, JepaError, Terminated, storage_failure
 from jepa_cli.training.config import TrainConfig, resolve_lengths
 from jepa_cli.training.run import METRICS_FILE, RUN_FILE, MetricsWriter
 
@@ -86,8 +89,17 @@ def _check_outputs(config: TrainConfig) -> None:
     if config.tensorboard:
         store.check_disjoint(config.tensorboard, inputs)
         board = Path(config.tensorboard)
-        if os.path.lexists(board) and not board.is_dir():
-            raise InputError(f"{board}: --tensorboard names a file, not a folder; choose a folder for the event files")
+        try:
+            os.stat(board)  # a name too long, a file as a folder on the way: an OSError the CLI reports in one line
+        except FileNotFoundError:  # created at the first row; its nearest existing folder must take it
+            folder = next(p for p in board.absolute().parents if p.exists())
+            if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+                raise InputError(f"{board}: cannot create the --tensorboard folder in {folder} "
+                                 "(not a writable folder)") from None
+        else:
+            if not board.is_dir():
+                raise InputError(f"{board}: --tensorboard names a file, not a folder; choose a folder for the "
+                                 "event files")
 
 
 RUN_MODES = ("new", "resume", "force")  # what _check_run_dir finds
@@ -445,16 +457,19 @@ def _restore(plan: _Plan, config: TrainConfig, cb: Callbacks, main: bool):
     return ckpts, TrainState.from_dict(restored), data_state, int(step)
 
 
+@dataclasses.dataclass
+class _Held:
+    """What a trainer holds while it writes RUN, for the cleanup after the file system refused a write."""
+
+    ckpts: Any = None  # the open checkpoint manager (checkpoint.Checkpoints)
+    step: int = 0  # updates applied so far
+    saving: list[int] = dataclasses.field(default_factory=list)  # steps whose save was started
+
+
 def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, main: bool) -> dict[str, Any]:
-    """The part of train() that runs holding RUN's lock: restore (`mode` "resume") or clear RUN, then train."""
-    import jax
-
-    from jepa_cli.training.checkpoint import Checkpoints
-    from jepa_cli.training.data import DataLoader
-    from jepa_cli.training.run import write_run
-    from jepa_cli.training.state import init_state
-
-    out, lengths, objective, tx = plan.out, plan.lengths, plan.objective, plan.tx
+    """The part of train() that runs holding RUN's lock: restore (`mode` "resume") or clear RUN, then train.
+    A write the file system refuses (a full disk, ...) stops the run in one InputError (`_storage_stop`)."""
+    out, lengths = plan.out, plan.lengths
     ckpts = None
     state = None
     data_state: dict[str, Any] = {}
@@ -464,7 +479,92 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
     if lengths["steps"] < start_step:
         ckpts.close()
         raise InputError(f"{out}: already at step {start_step}, past --steps {lengths['steps']}")
+    held = _Held(ckpts=ckpts, step=start_step)
+    try:
+        return _train_written(config, plan, mode, cb, main, held, state, data_state)
+    except Exception as exc:
+        failure = storage_failure(exc, out)
+        if failure is None:
+            raise
+        raise _storage_stop(plan, held, failure, main) from None
 
+
+def _storage_stop(plan: _Plan, held: _Held, failure: str, main: bool) -> InputError:
+    """After the file system refused a write (`failure`, one line naming the path): closes the
+    checkpoint manager, removes the checkpoints this trainer left half-written (which also frees the
+    room run.json needs), marks run.json `failed at step N` with the error, and returns the error to
+    raise, naming the last good checkpoint. Complete checkpoints are never touched: --resume continues."""
+    from jepa_cli.training.checkpoint import _settle_abandoned_reads_at_exit
+    from jepa_cli.training.run import checkpoint_steps, write_run
+
+    _settle_abandoned_reads_at_exit()
+    if held.ckpts is not None:
+        with contextlib.suppress(Exception):
+            held.ckpts.close()
+        with contextlib.suppress(Exception):
+            held.ckpts.manager.close()  # when close() stopped at the failed write it waited for
+    out = plan.out
+    # orbax names a file inside the temporary folder of the step it wrote, removed below: name the step
+    partial = re.match(re.escape(str((out / "checkpoints").resolve())) + r"/(\d+)\.orbax-checkpoint-tmp[^:]*: (.*)",
+                       failure)
+    if partial:
+        failure = f"{out / 'checkpoints' / partial.group(1)}: {partial.group(2)}"
+    complete = checkpoint_steps(out)
+    if main:
+        (out / RESERVE_FILE).unlink(missing_ok=True)
+        for step in set(held.saving) - set(complete):
+            for partial in (out / "checkpoints").glob(f"{step}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the disk may still be too full for it: the error line says why
+            write_run(out, {**plan.record, "status": f"failed at step {held.step}", "error": failure})
+    kept = f"the last good checkpoint is step {complete[-1]}" if complete else "no checkpoint was saved"
+    return InputError(f"{failure}; training stopped at step {held.step}, {kept} in {out}; fix that, then "
+                      "continue with --resume")
+
+
+# RUN/.reserve: disk space held while training, given back when a write fails, so that run.json can
+# still say the run failed on a disk that filled up meanwhile (its rewrite needs a new block)
+RESERVE_FILE = ".reserve"
+RESERVE_BYTES = 64 << 10
+
+
+def _reserve(path: Path) -> None:
+    """Allocates RESERVE_BYTES of disk to `path` (posix_fallocate where the file system has it)."""
+    with open(path, "wb") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)
+        except (AttributeError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            f.write(bytes(RESERVE_BYTES))  # a file system without fallocate: written zeros hold the blocks
+
+
+def _close_all(metrics_file, ckpts, quiet: bool) -> None:
+    """Closes the metrics writer and the checkpoint manager (waiting for its saves), both even when the
+    first fails; raises the first error unless `quiet` (another exception is already on its way)."""
+    errors = []
+    for close in ([metrics_file.close] if metrics_file else []) + [ckpts.close]:
+        try:
+            close()
+        except Exception as exc:  # noqa: BLE001 - the other one is still closed
+            errors.append(exc)
+    if errors and not quiet:
+        raise errors[0]
+
+
+def _train_written(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, main: bool, held: _Held,
+                   state: Any, data_state: dict[str, Any]) -> dict[str, Any]:
+    """Clears RUN (a new run) or keeps it (a resumed one, restored into `held.ckpts` and `state`), writes
+    run.json and trains; `held` follows the step and the saves."""
+    import jax
+
+    from jepa_cli.training.checkpoint import Checkpoints, _silence_abandoned_reads
+    from jepa_cli.training.data import DataLoader
+    from jepa_cli.training.run import write_run
+    from jepa_cli.training.state import init_state
+
+    out, lengths, objective, tx = plan.out, plan.lengths, plan.objective, plan.tx
+    ckpts, start_step = held.ckpts, held.step
     # ---- from here on RUN is written --------------------------------------------------------------
     if main:
         if mode in ("new", "force"):  # 'new' may be a run that never saved a checkpoint: start it over
@@ -473,8 +573,13 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
                 (out / name).unlink(missing_ok=True)
         write_run(out, plan.record)
         _truncate_metrics(out / METRICS_FILE, start_step)
+        _reserve(out / RESERVE_FILE)
+    # A failed asynchronous save leaves orbax's other writes in flight; they fail too, or end after
+    # orbax closed their event loop, each printing a traceback from its thread before the failure
+    # reaches this thread: dropped from the start (the error's one line says it all)
+    _silence_abandoned_reads()
     if ckpts is None:
-        ckpts = Checkpoints(out, keep=config.keep, async_save=config.async_checkpointing, create=True)
+        ckpts = held.ckpts = Checkpoints(out, keep=config.keep, async_save=config.async_checkpointing, create=True)
     if state is None:
         key = jax.random.PRNGKey(config.seed)
         state = jax.jit(lambda k: init_state(objective, tx, k), out_shardings=plan.state_sh)(key)
@@ -487,6 +592,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
     ckpt_config = {**record["config"], "lengths": lengths}
 
     def save(step_no: int) -> None:
+        held.saving.append(step_no)
         ckpts.save(step_no, state.as_dict(), loader.get_state(), ckpt_config)
         cb.on_checkpoint(step_no)
 
@@ -502,6 +608,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
     rank_peak: float | None = None  # the highest smoothed effective_rank in this process
     rank_smooth: float | None = None  # effective_rank averaged over about the last 20 updates (one batch is noisy)
     metrics_file = MetricsWriter(out, config.tensorboard, config.wandb, config.to_dict()) if main else None
+    failed = True
     try:
         if start_step == 0 and steps == 0:
             save(0)
@@ -564,7 +671,7 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
         for i in range(start_step, steps):
             batch = next(loader)
             state, metrics = step_fn(state, batch)
-            step_no = i + 1
+            step_no = held.step = i + 1
             if plan.probe is not None and config.probe_every and step_no % config.probe_every == 0:
                 probe_results[step_no] = run_probe(plan.probe, objective, state, out)
             if pending is not None:
@@ -592,11 +699,12 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
         record["status"] = "interrupted" if summary.get("interrupted") else "finished"
         if main:
             write_run(out, record)
+        failed = False
     finally:
         stop.restore()
-        if metrics_file:
-            metrics_file.close()
-        ckpts.close()
+        _close_all(metrics_file, ckpts, quiet=failed)
+        if main:
+            (out / RESERVE_FILE).unlink(missing_ok=True)
     summary.update(step=final, loss=last.get("loss"), checkpoints=ckpts.steps(), last_metrics=last)
     return summary
 
