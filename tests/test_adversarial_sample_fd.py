@@ -143,3 +143,12 @@ def test_fd_with_a_vjepa_run_compares_video_sets_in_its_space(tmp_path):
     other = fd_datasets(a, b, run, load_run=load_run)
     assert (same["dim"], same["n_a"], abs(same["fd"]) < 1e-9) == (24, 3, True)
     assert other["fd"] > 0
+
+
+def test_fd_of_features_whose_squares_overflow_float64_is_refused(tmp_path, run_cli):
+    huge = _dataset(tmp_path / "huge.zarr", np.array([[1e308, -1e308], [1e308, 1e308], [-1e308, 0.0]]),
+                    "latent", "ND")
+    r = run_cli("fd", huge, huge)
+    assert_user_error(r, f"{huge}: features reach 1e+308 in magnitude; fd's float64 statistics of 3 samples "
+                         "overflow beyond 1.37e+153")
+    assert r.stdout == ""

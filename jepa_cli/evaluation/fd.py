@@ -209,5 +209,13 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
     if on_start:
         on_start(n_a + n_b)
     fa, fb = (_features(ds, dim, encoder, on_progress or (lambda rows: None)) for ds in sets)
+    # the statistics sum up to N D products of centred values (at most twice the peak): beyond this
+    # bound they overflow float64, and LAPACK would print its complaints and return NaN
+    limit = math.sqrt(np.finfo(np.float64).max / (16 * max(n_a, n_b) * dim))
+    for ds, f in zip(sets, (fa, fb)):
+        peak = float(np.abs(f).max())
+        if peak > limit:
+            raise InputError(f"{ds.path}: features reach {peak:.3g} in magnitude; fd's float64 statistics of "
+                             f"{ds.n} samples overflow beyond {limit:.3g}")
     value = frechet_distance_of_features(fa, fb, method)
     return {"fd": value, "n_a": int(n_a), "n_b": int(n_b), "dim": int(dim), "method": method}
