@@ -348,6 +348,18 @@ def test_a_data_state_that_does_not_fit_the_dataset_stops_resume_in_one_line(run
     assert_user_error(result, data, 'the data position saved with the checkpoint ({"epoch": 5})')
 
 
+def rotate_out(run: Path, step: int) -> None:
+    """What orbax does to a step a trainer with --keep rotates out: empties it item by item, then
+    removes the directory (here 0.1 s later, from another thread)."""
+    import shutil
+    import threading
+
+    step_dir = run / "checkpoints" / str(step)
+    for item in ("config", "data"):
+        shutil.rmtree(step_dir / item)
+    threading.Timer(0.1, shutil.rmtree, args=(step_dir,)).start()
+
+
 def test_a_reader_follows_a_checkpoint_rotated_out_while_it_reads_it(run, monkeypatch):
     import shutil
 
@@ -359,10 +371,11 @@ def test_a_reader_follows_a_checkpoint_rotated_out_while_it_reads_it(run, monkey
     real = checkpoint.digest_problem
 
     def rotate_while_reading(step_dir):
+        problem = real(step_dir)
         if Path(step_dir).name == "4" and held.exists():  # keep 1: step 6 lands, step 4 goes
             shutil.move(held, run / "checkpoints" / "6")
-            shutil.rmtree(run / "checkpoints" / "4")
-        return real(step_dir)
+            rotate_out(run, 4)
+        return problem
 
     monkeypatch.setattr(checkpoint, "digest_problem", rotate_while_reading)
     messages = []
@@ -371,15 +384,16 @@ def test_a_reader_follows_a_checkpoint_rotated_out_while_it_reads_it(run, monkey
 
 
 def test_a_step_asked_for_and_rotated_out_while_read_says_so(run, monkeypatch):
-    import shutil
-
     from jepa_cli.errors import InputError
     from jepa_cli.training import checkpoint
     from jepa_cli.training.run import load_run
 
+    real = checkpoint.digest_problem
+
     def rotate(step_dir):
-        shutil.rmtree(step_dir, ignore_errors=True)
-        return None
+        problem = real(step_dir)
+        rotate_out(run, 4)
+        return problem
 
     monkeypatch.setattr(checkpoint, "digest_problem", rotate)
     with pytest.raises(InputError, match="its checkpoint at step 4 was removed while it was read") as caught:

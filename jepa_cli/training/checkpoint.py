@@ -19,6 +19,7 @@ import importlib.metadata
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,6 +36,7 @@ UNREADABLE_DIR = "unreadable-checkpoints"  # RUN/<this>/<step>: where a resume m
 REPLICA_PARALLEL_MIN_SLICE_BYTES = 4 << 20
 DIGEST_FILE = "jepa_digest.json"  # <step>/<this>: {"algorithm": "sha256", "files": {relative path: hex digest}}
 RETRIES = 5  # how often restore_newest starts over when the step it reads is rotated out meanwhile
+REMOVAL_WAIT_S = 2.0  # how long a failed read waits to see a half-removed, rotated-out step disappear
 DATA_STATE_MAX = 2**53  # a data position above this (9e15 examples) is damage, not progress
 PACKAGES = ("jepa-cli", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "tensorstore", "numpy")
 
@@ -216,13 +218,32 @@ class Checkpoints:
         try:
             return self._restore(int(step), target)
         except (UnreadableCheckpoint, FileNotFoundError) as exc:
-            if not (self.directory / str(step)).is_dir():
+            if self._removed(int(step)):
                 raise CheckpointRemoved(f"{self.directory.parent}: its checkpoint at step {step} was removed while "
                                         "it was read (a trainer keeping fewer checkpoints rotated it out)",
                                         int(step)) from None
             if isinstance(exc, FileNotFoundError):
                 raise self._unreadable(step, exc) from None
             raise
+
+    def _newest_on_disk(self) -> int | None:
+        """The newest committed step in the directory now (orbax's listing is read once, at start)."""
+        steps = [int(p.name) for p in self.directory.iterdir() if p.name.isdigit()] if self.directory.is_dir() else []
+        return max(steps, default=None)
+
+    def _removed(self, step: int) -> bool:
+        """Whether `step` is gone or going after a read of it failed: its directory is gone, or a newer
+        step exists and the directory disappears within REMOVAL_WAIT_S. Orbax removes a rotated-out
+        step after committing the newer one, file by file, so a read can fail on a directory that
+        still exists, half emptied."""
+        path = self.directory / str(step)
+        deadline = time.monotonic() + REMOVAL_WAIT_S
+        while path.is_dir():
+            newest = self._newest_on_disk()
+            if newest is None or newest <= step or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _restore(self, step: int, target: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         ocp = self._ocp
@@ -274,6 +295,8 @@ class Checkpoints:
                 except CheckpointRemoved:
                     break  # rotated out while read: list again, the trainer saved a newer one
                 except UnreadableCheckpoint as exc:
+                    if (self._newest_on_disk() or -1) > steps[-1]:
+                        break  # the trainer saved a newer step meanwhile (and may be removing this one): list again
                     skipped.append(exc)
                     continue
                 for exc in skipped:
