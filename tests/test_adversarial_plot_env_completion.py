@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa
+from conftest import assert_user_error
 
 
 @pytest.fixture
@@ -140,3 +141,9 @@ def test_env_reports_a_compilation_cache_path_that_is_a_file_as_off(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["compilation_cache"], report["compilation_cache_off"]) == (None, f"{cache} is not a directory")
+
+
+def test_plot_into_the_run_it_reads_is_refused(run, run_cli):
+    png = run / "curves.png"
+    assert_user_error(run_cli("plot", run, "-o", png), f"{png}: the output lies inside the input {run}")
+    assert not png.exists()

@@ -31,6 +31,7 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     if len(metrics) > MAX_PANELS:
         raise InputError(f"--metrics names {len(metrics)} metrics; at most {MAX_PANELS} panels fit one picture")
     store.check_output_file(output, force, store.PNG_MAGIC, "PNG picture")
+    store.check_disjoint(output, runs)  # a run holds only what `jepa train` wrote there
     series: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         read_run(run)  # a folder that is not a run is refused by name
