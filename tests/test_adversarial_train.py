@@ -239,3 +239,39 @@ def test_a_damaged_run_json_is_one_line_naming_it(tmp_path, toy_data, command, r
     args = {"info": ["info", run], "ema-inspect": ["ema-inspect", run],
             "train": ["train", "--resume", "--out", run, "--data", toy_data]}[command]
     expect_refusal(*args, guard=[tmp_path], fragments=[f"{run / 'run.json'}: damaged"])
+
+
+# ---- a resumed run keeps its dataset --------------------------------------------------------------------
+
+def _toy_run(data: Path, run: Path) -> Path:
+    """A toy run of 2 steps on `data` (trained in this process)."""
+    train(build_config(dict(objective="toy_objective:make", data=str(data), out=str(run), steps=2, batch_size=16,
+                            mesh="data=1", warmup_steps=1)))
+    return run
+
+
+def test_resume_on_another_dataset_is_refused_naming_both(run_cli, toy_data, tmp_path):
+    run = _toy_run(toy_data, tmp_path / "run")
+    other = _write_images(tmp_path / "other.zarr", 64, 8)  # the same images, another dataset
+    _refused_in_process(run_cli, ["train", *TOY, "--resume", "--out", run, "--data", other, "--steps", "4"],
+                        [tmp_path], f"{run}: was started on the dataset {toy_data}, not {other}",
+                        "--allow-new-data")
+
+
+def test_resume_on_the_same_dataset_moved_elsewhere_continues(run_cli, tmp_path):
+    data = _write_images(tmp_path / "toy.zarr", 64, 8)
+    run = _toy_run(data, tmp_path / "run")
+    moved = data.rename(tmp_path / "moved.zarr")
+    result = run_cli("train", *TOY, "--resume", "--out", str(run), "--data", str(moved), "--steps", "3", "--json", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((run / "run.json").read_text())["dataset"]["path"] == str(moved.resolve())
+
+
+def test_allow_new_data_continues_a_run_on_another_dataset(run_cli, toy_data, tmp_path):
+    run = _toy_run(toy_data, tmp_path / "run")
+    other = _write_images(tmp_path / "other.zarr", 64, 8)
+    result = run_cli("train", *TOY, "--resume", "--out", str(run), "--data", str(other), "--steps", "3",
+                     "--allow-new-data", "--json", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["checkpoints"] == [2, 3]
+    assert json.loads((run / "run.json").read_text())["dataset"]["path"] == str(other.resolve())

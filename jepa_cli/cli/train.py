@@ -110,6 +110,9 @@ class NameChoice(click.Choice):
               help="Print the resolved configuration as TOML (a recipe that gives the same run.json) and exit.")
 @click.option("--resume", is_flag=True, help="Continue RUN from its latest checkpoint.")
 @click.option("--force", is_flag=True, help="Replace an existing RUN.")
+@click.option("--allow-new-data", is_flag=True,
+              help="With --resume: continue RUN on a dataset other than the one it was started on (read from its "
+                   "beginning); without it, that is refused.")
 @_objective_options
 # multi-process
 @click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
@@ -117,8 +120,8 @@ class NameChoice(click.Choice):
 @click.option("--process-id", type=int, default=None, help="This process's index (multi-process launch).")
 @output_options
 @click.pass_context
-def command(ctx: click.Context, config_path, print_config, resume, force, coordinator, num_processes, process_id,
-            as_json, verbose, quiet, **options) -> int:
+def command(ctx: click.Context, config_path, print_config, resume, force, allow_new_data, coordinator, num_processes,
+            process_id, as_json, verbose, quiet, **options) -> int:
     """Pretrain an encoder on a dataset (I-JEPA by default) with the official recipe.
 
     \b
@@ -129,6 +132,8 @@ def command(ctx: click.Context, config_path, print_config, resume, force, coordi
     """
     from jepa_cli.training.config import parse_text, resolve_config
 
+    if allow_new_data and not resume:
+        raise click.UsageError("--allow-new-data goes with --resume (a new run takes any dataset)")
     if options.get("betas") is not None:
         options["betas"] = parse_text("betas", options["betas"], "--betas")
     env_values = _env_values(ctx)
@@ -192,7 +197,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, coordi
     callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=log,
                           on_checkpoint=(lambda s: log(f"checkpoint {s}")) if verbose else (lambda s: None))
     try:
-        summary = train(config, callbacks=callbacks, resume=resume, force=force)
+        summary = train(config, callbacks=callbacks, resume=resume, force=force, allow_new_data=allow_new_data)
     finally:
         progress.stop()
     if main:

@@ -256,6 +256,7 @@ class _Plan:
     step_fn: Callable
     record: dict[str, Any]  # run.json
     probe: Callable | None = None  # evaluation.online.OnlineProbe when --probe-every is set
+    new_data: bool = False  # resumed on another dataset (--allow-new-data): read it from its beginning
 
 
 def run_probe(probe: Callable, objective, state, out: Path) -> dict[str, float]:
@@ -288,15 +289,17 @@ def collapse_sign(metrics: dict[str, Any], config, rank_peak: float | None = Non
 
 
 def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = None, resume: bool = False,
-          force: bool = False) -> dict[str, Any]:
-    """Trains `objective` (built from config.objective when None) as `config` says; returns a summary."""
+          force: bool = False, allow_new_data: bool = False) -> dict[str, Any]:
+    """Trains `objective` (built from config.objective when None) as `config` says; returns a summary.
+    A resumed run keeps the dataset it was started on; `allow_new_data` lets it continue on another
+    one (`_check_same_dataset`)."""
     import jax
 
     cb = callbacks or Callbacks()
     main = jax.process_index() == 0
     if not main:
         cb = Callbacks()
-    plan = _plan(config, objective, resume, force)
+    plan = _plan(config, objective, resume, force, allow_new_data)
     created = main and not plan.out.exists()
     lock, mode = _lock_run(plan.out, main, plan.mode, resume, force)
     try:
@@ -338,7 +341,7 @@ def resolved_config(config: TrainConfig) -> TrainConfig:
     return config
 
 
-def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
+def _plan(config: TrainConfig, objective, resume: bool, force: bool, allow_new_data: bool = False) -> _Plan:
     """Validates everything (dataset, objective, mesh, batch, RUN, the traced step); writes nothing."""
     import jax
 
@@ -371,10 +374,14 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     mesh = mesh_lib.make_mesh(config.mesh)
     mesh_lib.check_batch(config.batch_size, mesh, config.grad_accum)
     mode = _check_run_dir(out, resume, force)
+    dataset = {**{k: v for k, v in ds.items() if k != "attrs"}, **_dataset_identity(config.data)}
+    new_data = False
     if mode == "resume":
-        stored = read_run(out).get("config", {})
+        stored_record = read_run(out)
+        stored = stored_record.get("config", {})
         if stored.get("objective") != config.objective:
             raise InputError(f"{out}: holds a {stored.get('objective')!r} run, not {config.objective!r}")
+        new_data = _check_same_dataset(out, stored_record, config.data, dataset, allow_new_data)
 
     abstract_params = jax.eval_shape(objective.init, jax.ShapeDtypeStruct((2,), np.uint32))
     tx, lr_fn, wd_fn, momentum_fn = build_optimizer(config, objective, lengths, abstract_params)
@@ -387,11 +394,48 @@ def _plan(config: TrainConfig, objective, resume: bool, force: bool) -> _Plan:
     batch_spec = abstract_batch(config.data, transform, config.batch_size, batch_sh, _uses_labels(objective))
     _trace_step(step_fn, abstract, state_sh, batch_spec, config.objective)
     probe = _make_probe(config, objective, abstract, out)
-    record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths,
-              "dataset": {k: v for k, v in ds.items() if k != "attrs"}, "status": "running"}
+    record = {"jepa_kind": "run", "config": config.to_dict(), "lengths": lengths, "dataset": dataset,
+              "status": "running"}
     return _Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
                  state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record,
-                 probe=probe)
+                 probe=probe, new_data=new_data)
+
+
+def _dataset_identity(path: str) -> dict[str, str]:
+    """What run.json records to know its dataset again on --resume: the absolute path and
+    `store.dataset_fingerprint` (the metadata, and each chunk file's name, size and mtime)."""
+    from jepa_cli.data import store
+
+    return {"path": str(Path(path).resolve()), "fingerprint": store.dataset_fingerprint(path)}
+
+
+SUMMARY_KEYS = ("num_samples", "modality", "shape", "dtype")  # what a dataset holds, as run.json records it
+
+
+def _check_same_dataset(out: Path, stored_record: dict[str, Any], given: str, dataset: dict[str, Any],
+                        allow_new_data: bool) -> bool:
+    """Whether a resumed run continues on a dataset other than the one it was started on (only with
+    `allow_new_data`; else an InputError naming both). The same dataset: the same fingerprint
+    (wherever it was moved), or the same path holding as many samples of the same shape and dtype.
+    A run that recorded no dataset (an imported one) takes any."""
+    recorded = stored_record.get("dataset")
+    started_on = (stored_record.get("config") or {}).get("data")
+    if not isinstance(recorded, dict) or not started_on:
+        return False
+    if recorded.get("fingerprint") is not None and recorded["fingerprint"] == dataset["fingerprint"]:
+        return False
+    started = recorded.get("path") or str(Path(started_on).resolve())  # runs that recorded no path: as given
+    if started == dataset["path"]:
+        changed = [k for k in SUMMARY_KEYS if k in recorded and recorded[k] != dataset.get(k)]
+        if not changed:
+            return False
+        why = "it changed since: " + ", ".join(f"{k} {recorded[k]} -> {dataset.get(k)}" for k in changed)
+    else:
+        why = "another dataset"
+    if allow_new_data:
+        return True
+    raise InputError(f"{out}: was started on the dataset {started}, not {given} ({why}); a resumed run keeps "
+                     f"its dataset: pass --allow-new-data to continue it on {given}, read from its beginning")
 
 
 def _make_probe(config: TrainConfig, objective, abstract, out: Path):
@@ -476,6 +520,9 @@ def _train_locked(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, ma
     start_step = 0
     if mode == "resume":
         ckpts, state, data_state, start_step = _restore(plan, config, cb, main)
+        if plan.new_data:  # the saved position is one in the dataset the run was started on
+            data_state = {}
+            cb.on_log(f"continuing {out} on the dataset {config.data} (--allow-new-data), from its beginning")
     if lengths["steps"] < start_step:
         ckpts.close()
         raise InputError(f"{out}: already at step {start_step}, past --steps {lengths['steps']}")
