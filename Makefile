@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO := demo
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test check bench venv clean
 
 $(BIN)/python:
 	$(shell command -v $(PYTHON) || echo python3) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest
+
+# The fast tier for the edit-test loop: everything but the tests marked slow (tests/conftest.py is_slow).
+check: venv
+	$(BIN)/python -m pytest -m "not slow"
 
 # Every benchmark, one table. REFERENCE=DIR (a facebookresearch/ijepa checkout) with REFERENCE_PYTHON
 # (a Python with torch, e.g. `pip install torch==2.13.0`) measures the official step in the same run.

@@ -1,6 +1,8 @@
 """Shared test helpers. Tests run JAX on the CPU; 8 simulated devices let sharding tests run on CPU."""
 
+import inspect
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -66,6 +68,56 @@ HEAVY_FIRST = ("test_objective_audio_jepa.py", "test_multiprocess.py", "test_rec
                "test_import_checkpoint.py", "test_masks.py")
 
 
+# Whole files of the slow tier: trainings joined by jax.distributed, the quickstart through make, the GPU
+# benchmark's CPU run.
+SLOW_FILES = ("test_multiprocess.py", "test_recipes_make.py", "test_gpu_benchmark.py")
+# Source text that starts another process: each `jepa` subprocess pays the JAX import and its own compiles.
+STARTS_A_PROCESS = ("run_jepa(", "expect_refusal(", "subprocess.", "Popen(")
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _process_starters(module) -> tuple[str, ...]:
+    """STARTS_A_PROCESS and the calls of `module`'s own functions that start one (`_gpu_fallback(`)."""
+    helpers = [f"{name}(" for name, value in vars(module).items()
+               if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("test_")
+               and any(marker in _source(value) for marker in STARTS_A_PROCESS)]
+    return STARTS_A_PROCESS + tuple(helpers)
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """The slow tier (`-m slow`): a test in SLOW_FILES, one that starts a process (itself or through a
+    function of its file), or one that needs a module- or session-scoped fixture of its own file (such
+    fixtures train or run the CLI once for the file, which costs seconds to minutes). Fixtures of this
+    conftest are cheap and do not count."""
+    if item.path.name in SLOW_FILES or item.get_closest_marker("slow"):
+        return True
+    starters = _process_starters(item.module) if getattr(item, "module", None) else STARTS_A_PROCESS
+    if any(marker in _source(getattr(item, "function", None)) for marker in starters):
+        return True
+    fixture_info = getattr(item, "_fixtureinfo", None)
+    for definitions in (fixture_info.name2fixturedefs.values() if fixture_info else ()):
+        for definition in definitions:
+            if Path(inspect.getfile(definition.func)).name == "conftest.py":
+                continue
+            if definition.scope in ("module", "session") or any(
+                    marker in _source(definition.func) for marker in starters):
+                return True
+    return False
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trains, runs `jepa` in a subprocess or runs make (`make check` skips these)")
+
+
 def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
