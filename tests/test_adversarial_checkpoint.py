@@ -446,3 +446,30 @@ def test_embeddings_with_non_finite_rows_are_never_committed(tmp_path):
                                          f"{int((first > 128).sum())} of the 6 samples 0..5"):
         encode_dataset(data, tmp_path / "emb.zarr", encode, {}, batch_size=8, encoder_name="RUN at step 3")
     assert not (tmp_path / "emb.zarr").exists()
+
+
+# -- the real CLI ----------------------------------------------------------------------------------
+
+def test_import_of_strides_that_leave_the_storage_is_one_line_not_a_crash(tmp_path):
+    from adversarial import expect_refusal
+
+    def stride_out(checkpoint):
+        tensor = checkpoint["encoder"]["module.pos_embed"]
+        tensor.size, tensor.stride = (4, 4, 4), (4096, -100000, 1)
+
+    (tmp_path / "in").mkdir()
+    source = official_with(tmp_path / "in" / "strides.pth.tar", stride_out)
+    expect_refusal("import-checkpoint", source, "-o", tmp_path / "out", *TINY, guard=[tmp_path],
+                   fragments=[str(source), "a stride of a tensor on storage", "-100000"])
+
+
+def test_encode_latents_of_a_step_with_a_flipped_byte_is_one_line_and_touches_nothing(run, tmp_path):
+    from adversarial import expect_refusal
+    from test_encode import image_dataset
+
+    flip_a_byte(run, 6)
+    data = image_dataset(tmp_path / "data.zarr", n=4, size=8)
+    expect_refusal("encode-latents", run, data, "-o", tmp_path / "emb.zarr", "--step", "6", "--mesh", "data=1",
+                   guard=[tmp_path], env={"PYTHONPATH": str(TESTS)},
+                   fragments=["checkpoint at step 6 is unreadable, its files changed since it was saved",
+                              "the newest intact checkpoint is step 4"])
