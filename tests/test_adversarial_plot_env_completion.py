@@ -1,5 +1,6 @@
-"""Hostile input to `jepa plot`, `jepa env` and shell completion: damaged runs, absurd requests,
-concurrent writers, an interrupted write, a backend that cannot start, names that are not UTF-8."""
+"""Hostile input to `jepa plot`, `jepa env`, `jepa info` and shell completion: damaged runs and
+datasets, absurd requests, concurrent writers, an interrupted write, a backend that cannot start,
+names that are not UTF-8."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa
 from conftest import assert_user_error
@@ -103,8 +105,6 @@ def test_completion_skips_a_folder_whose_name_is_not_utf8(tmp_path):
 
 
 def test_info_json_of_a_dataset_whose_attributes_hold_nan_prints_null(tmp_path, run_cli):
-    import numpy as np
-
     from jepa_cli.data import store
 
     data = tmp_path / "d.zarr"
@@ -147,3 +147,15 @@ def test_plot_into_the_run_it_reads_is_refused(run, run_cli):
     png = run / "curves.png"
     assert_user_error(run_cli("plot", run, "-o", png), f"{png}: the output lies inside the input {run}")
     assert not png.exists()
+
+
+@pytest.mark.parametrize("labels, found", [(np.array([-1, 0, 0], np.int32), "label -1"),
+                                           (np.array([0.5, 1.0, 0.0], np.float32), "float32")])
+def test_info_of_a_dataset_whose_labels_are_not_class_indices_is_one_line(tmp_path, run_cli, labels, found):
+    from jepa_cli.data import store
+
+    data = tmp_path / "d.zarr"
+    store.write_group(data, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a"]))
+    store.write_array(data / "inputs", np.zeros((3, 4, 4, 1), np.uint8))
+    store.write_array(data / "labels", labels)
+    assert_user_error(run_cli("info", data), f"{data / 'labels'}: not class indices (int32 >= 0), found {found}")

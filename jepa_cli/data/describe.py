@@ -82,6 +82,9 @@ def describe_dataset(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
     if (path / "labels").exists():
         out["labels"] = array_summary(path / "labels")
         labels = store.read_array(path / "labels")
+        if labels.size and (labels.dtype.kind not in "iu" or labels.min() < 0):  # docs/formats.md: int32 indices
+            found = labels.dtype.name if labels.dtype.kind not in "iu" else f"label {int(labels.min())}"
+            raise InputError(f"{path / 'labels'}: not class indices (int32 >= 0), found {found}; {store.REWRITE}")
         counts = np.bincount(labels, minlength=len(class_names)) if labels.size else np.zeros(0, int)
         names = class_names if len(class_names) == len(counts) else [str(i) for i in range(len(counts))]
         out["label_histogram"] = {name: int(c) for name, c in zip(names, counts)}
