@@ -284,3 +284,55 @@ def test_a_folder_of_audio_with_a_cover_image_per_class_is_refused_naming_one_of
                       f"{root}: holds both audio files ({root / 'a' / '0.wav'}) and image files "
                       f"({root / 'a' / 'cover.png'})")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sounds"]
+
+
+# --- video requests too big to fit: refused from the sizes given, before a frame is decoded -----------------
+
+def _frame_folder(root: Path, frames: int = 3) -> Path:
+    """root/walk/clip/frame<j>.png: `frames` gray 6x8 (HxW) frames of value 10 j."""
+    (root / "walk" / "clip").mkdir(parents=True)
+    for j in range(frames):
+        Image.fromarray(np.full((6, 8), 10 * j, np.uint8)).save(root / "walk" / "clip" / f"frame{j}.png")
+    return root
+
+
+def test_a_clip_too_big_for_memory_is_refused_before_any_frame_is_decoded(run_cli, tmp_path, monkeypatch):
+    from jepa_cli.data import video
+
+    root = _frame_folder(tmp_path / "clips")
+    decoded = []
+    monkeypatch.setattr(video.ClipCodec, "pixels", staticmethod(lambda *args: decoded.append(args)))
+    monkeypatch.setattr(store, "available_memory", lambda: 16 << 20)  # 3 MiB a clip: 8 chunks + 6 clips + indices
+    result = run_cli("ingest", root, tmp_path / "o.zarr", "--frames", "65536")
+    assert_user_error(result, f"{tmp_path / 'o.zarr'}: needs about 43.5 MiB of memory but 16.0 MiB is available",
+                      "one sample is 65536x6x8x1 bytes; pass fewer --frames")
+    assert decoded == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips"]
+
+
+def test_more_frames_per_clip_than_the_limit_are_refused(run_cli, tmp_path):
+    root = _frame_folder(tmp_path / "clips")
+    assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr", "--frames", "2000000000"),
+                      "--frames 2000000000: the limit is 65536 frames per clip")
+
+
+def test_more_clips_per_video_than_memory_holds_are_refused_naming_the_count(run_cli, tmp_path, monkeypatch):
+    root = _frame_folder(tmp_path / "clips")
+    monkeypatch.setattr(store, "available_memory", lambda: 100 << 20)
+    assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr", "--clips-per-video", "10000000"),
+                      f"{root}: needs about 267.0 MiB of memory but 100.0 MiB is available; 1 video(s) x "
+                      "--clips-per-video 10000000 = 10000000 clips")
+
+
+def test_a_frame_stride_longer_than_the_video_gives_its_first_frame_then_its_last(run_cli, tmp_path):
+    root = _frame_folder(tmp_path / "clips")
+    result = run_cli("ingest", root, tmp_path / "o.zarr", "--frames", "3", "--frame-stride", str(2**63 - 1), "--json")
+    assert result.exit_code == 0, result.stderr
+    clip = store.read_array(tmp_path / "o.zarr" / "inputs")[0]
+    assert clip[:, 0, 0, 0].tolist() == [0, 20, 20]
+    assert store.read_attributes(tmp_path / "o.zarr")["padded"] == [str(root / "walk" / "clip")]
+
+
+def test_clip_options_on_builtin_moving_digits_are_refused(run_cli, tmp_path):
+    assert_user_error(run_cli("ingest", "builtin:moving-digits", tmp_path / "o.zarr", "--frames", "4"),
+                      "builtin:moving-digits: --frames, --frame-stride and --clips-per-video do not apply to it")

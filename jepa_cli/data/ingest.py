@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,7 @@ GRAY_MODES = {"1", "L", "LA"} | WIDE_MODES  # kept as one channel by default
 # pixels while resizing). Measured peaks (RssAnon): 27 MiB with 4 MiB chunks of small samples
 # (the same for 2,000 and 40,000 samples), 7.3-9.6 samples when a chunk holds one sample.
 CHUNKS_IN_MEMORY, SAMPLES_IN_MEMORY = 8, 6
+INDEX_BYTES = 24  # per sample and per frame of a clip: an int64 index and two temporaries while it is computed
 
 
 def split_indices(labels: np.ndarray | None, count: int, split: str | None, test_fraction: float,
@@ -114,8 +116,14 @@ class ImageCodec:
     fit = staticmethod(lambda image, size: fit(image, size))
 
     @staticmethod
-    def shape(first: np.ndarray, size: tuple[int, int] | None) -> tuple[int, ...]:
-        return (*(size or first.shape[:2]), first.shape[2])
+    def shape(native: tuple[int, ...], size: tuple[int, int] | None) -> tuple[int, ...]:
+        """The stored shape [H, W, C] of a sample whose own shape is `native`."""
+        return (*(size or native[:2]), native[2])
+
+    @staticmethod
+    def smaller(size: tuple[int, int] | None) -> str:
+        """The options that shrink a sample, for a refusal's hint."""
+        return f"a --size smaller than {size[0]}x{size[1]}" if size else "a smaller --size"
 
 
 def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = None, channels: int | None = None,
@@ -136,7 +144,12 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}")
     store.check_output(out, force, "dataset", source.paths)  # before decoding anything
+    codec = source.codec or ImageCodec
     k = int(source.attributes.get("clips_per_video") or 1)  # video: a split keeps a video's clips together
+    native = source.peek() if source.peek is not None else None
+    if native is not None:  # a clip's size from headers: refuse a request that cannot fit before decoding it
+        native = (*native[:-1], channels or native[-1])
+        _check_room(out, source.count if limit is None else min(limit, source.count), native, codec, size, k)
     indices = split_indices(None if source.labels is None else source.labels[::k], source.count // k, split,
                             test_fraction, seed)
     indices = (indices[:, None] * k + np.arange(k)).reshape(-1)
@@ -148,11 +161,10 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
         on_total(len(indices))
     start = time.perf_counter()
     skipped: list[str] = []
-    codec = source.codec or ImageCodec
     first, first_pos = _first_good(source, indices, channels, skip_bad, skipped)
-    sample_shape = codec.shape(first, size)
+    sample_shape = codec.shape(first.shape, size)
     chunk_n = min(store.chunk_rows(sample_shape, 1), len(indices))
-    _check_room(out, len(indices), sample_shape, chunk_n, size)
+    _check_room(out, len(indices), first.shape, codec, size, k)
     with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
         rows = store.RowWriter(store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8,
                                                   chunk_n=chunk_n), chunk_n)
@@ -209,16 +221,22 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     return summary
 
 
-def _check_room(out: str | Path, count: int, sample_shape: tuple[int, ...], chunk_n: int,
-                size: tuple[int, int] | None) -> None:
-    """InputError unless `count` samples of uint8 `sample_shape` fit on the disk of `out` and the
-    write fits in memory. Disk counts the raw size: zstd rarely shrinks natural images much, and
-    noise not at all."""
-    sample_bytes = int(np.prod(sample_shape))
+def _check_room(out: str | Path, count: int, native: tuple[int, ...], codec: Any, size: tuple[int, int] | None,
+                clips_per_video: int = 1) -> None:
+    """InputError unless `count` samples, each decoded at its own shape `native` and stored uint8 at
+    `codec.shape(native, size)`, fit on the disk of `out`, and the write fits in memory: chunks of
+    stored samples, decoded and stored samples (`SAMPLES_IN_MEMORY` of the larger), and the row and
+    frame indices (int64, with temporaries) of the samples and of one video's clips. Disk counts the
+    raw size: zstd rarely shrinks natural images much, and noise not at all."""
+    sample_shape = codec.shape(native, size)
+    sample_bytes = math.prod(sample_shape)
+    chunk_n = min(store.chunk_rows(sample_shape, 1), count)
+    frames = sample_shape[0] if codec.layout == "NTHWC" else 0
     disk = count * sample_bytes + 4 * count  # inputs + int32 labels
-    memory = CHUNKS_IN_MEMORY * chunk_n * sample_bytes + SAMPLES_IN_MEMORY * sample_bytes
+    memory = (CHUNKS_IN_MEMORY * chunk_n * sample_bytes + SAMPLES_IN_MEMORY * max(sample_bytes, math.prod(native))
+              + INDEX_BYTES * (count + clips_per_video * frames))
     shape = "x".join(map(str, sample_shape))
-    smaller = f"a --size smaller than {size[0]}x{size[1]}" if size else "a smaller --size"
+    smaller = codec.smaller(size)
     store.check_room(out, disk, memory, f"{count} samples of {shape} bytes, uncompressed; pass {smaller}, "
                      "--limit, or write to another disk", f"one sample is {shape} bytes; pass {smaller}")
 

@@ -49,6 +49,9 @@ class Source:
     paths: list[Path] = field(default_factory=list)  # the files and folders it reads (an output must avoid them)
     codec: Any = None  # how ingest converts samples: None for images; video.ClipCodec for clips
     attributes: dict[str, Any] = field(default_factory=dict)  # extra dataset attributes (video: frames, fps, ...)
+    # video: the shape [T, H, W, C] of the first sample at its own size, from headers only (None when
+    # they cannot tell), so that ingest refuses a clip too big for memory before decoding one
+    peek: Callable[[], tuple[int, ...] | None] | None = None
 
 
 def open_source(spec: str, labels_path: str | None = None, clip: Any = None) -> Source:
@@ -69,6 +72,9 @@ def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
             raise InputError("--labels does not apply to a builtin: source")
         name, _, query = spec.removeprefix("builtin:").partition("?")
         if name == "moving-digits":
+            if clip is not None and clip.explicit:
+                raise InputError(f"{spec}: --frames, --frame-stride and --clips-per-video do not apply to it (its clips "
+                                 f"are {video.MOVING_FRAMES} frames, one per digit)")
             return video.moving_digits(query)
         return _builtin(spec.removeprefix("builtin:"))
     path = Path(spec)

@@ -24,6 +24,8 @@ from jepa_cli.errors import InputError
 
 DEFAULT_FRAMES, DEFAULT_STRIDE = 16, 4  # V-JEPA configs/pretrain/vitl16.yaml: num_frames 16, sampling_rate 4
 MISSING_PYAV = "decoding video files needs PyAV: pip install 'jepa-cli[video]'"
+MAX_CLIP_FRAMES = 1 << 16  # 36 minutes at 30 fps in one clip
+INDEX_BYTES = 24  # per clip: its int32 label, its int64 row index and temporaries while they are computed
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class ClipOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if self.frames is not None and self.frames > MAX_CLIP_FRAMES:
+            raise InputError(f"--frames {self.frames}: the limit is {MAX_CLIP_FRAMES} frames per clip (each frame of "
+                             "a clip is converted and resized on its own: more would run for hours)")
 
     @property
     def explicit(self) -> bool:
@@ -61,7 +66,8 @@ def clip_indices(length: int, options: ClipOptions) -> list[np.ndarray]:
     frames = options.frames or length
     last_start = max(length - span(options, length), 0)
     starts = np.round(np.linspace(0, last_start, options.clips_per_video)).astype(int)
-    return [np.minimum(s + np.arange(frames) * options.frame_stride, length - 1) for s in starts]
+    stride = min(options.frame_stride, max(length, 1))  # a longer stride reaches past the end just the same
+    return [np.minimum(s + np.arange(frames) * stride, length - 1) for s in starts]
 
 
 def span(options: ClipOptions, length: int) -> int:
@@ -107,8 +113,14 @@ class ClipCodec:
         return np.stack([fit(f, size) for f in clip])
 
     @staticmethod
-    def shape(first: np.ndarray, size: tuple[int, int] | None) -> tuple[int, ...]:
-        return (first.shape[0], *(size or first.shape[1:3]), first.shape[3])
+    def shape(native: tuple[int, ...], size: tuple[int, int] | None) -> tuple[int, ...]:
+        """The stored shape [T, H, W, C] of a clip whose own shape is `native`."""
+        return (native[0], *(size or native[1:3]), native[3])
+
+    @staticmethod
+    def smaller(size: tuple[int, int] | None) -> str:
+        """The options that shrink a clip, for a refusal's hint."""
+        return "fewer --frames or " + (f"a --size smaller than {size[0]}x{size[1]}" if size else "a smaller --size")
 
 
 def _attributes(options: ClipOptions, frames: int, fps: float | None) -> dict[str, Any]:
@@ -116,11 +128,22 @@ def _attributes(options: ClipOptions, frames: int, fps: float | None) -> dict[st
             "clips_per_video": int(options.clips_per_video), "padded": []}
 
 
-def _source(description, count, read, item_name, labels=None, class_names=(), paths=(), attributes=None):
+def _source(description, count, read, item_name, labels=None, class_names=(), paths=(), attributes=None, peek=None):
     from jepa_cli.data.sources import Source
 
     return Source(description, count, read, item_name, labels, list(class_names), list(paths),
-                  codec=ClipCodec, attributes=attributes or {})
+                  codec=ClipCodec, attributes=attributes or {}, peek=peek)
+
+
+def _per_clip_labels(labels: np.ndarray, k: int, where: str) -> np.ndarray:
+    """`labels` (one per video) repeated for each of the video's `k` clips; InputError naming `where`
+    when the clips' labels and indices alone need more memory than is available."""
+    from jepa_cli.data import store
+
+    clips = len(labels) * k
+    store.check_memory(where, clips * (4 + INDEX_BYTES), f"{len(labels)} video(s) x --clips-per-video {k} = "
+                       f"{clips} clips; pass a smaller --clips-per-video")
+    return np.repeat(labels, k)
 
 
 # -- arrays [N, T, H, W, C] --------------------------------------------------------------------
@@ -144,14 +167,17 @@ def array_source(path: Path, array: np.ndarray, description: str, options: ClipO
         _check_length(name, length, options, attributes)
         return to_uint8(np.asarray(array[row][clip_indices(length, options)[clip]]), name)
 
+    def peek() -> tuple[int, ...]:
+        return (options.frames or length, *array.shape[2:4], 1 if array.shape[-1] == 1 else 3)
+
     return _source(description, int(array.shape[0]) * k, read,
-                   lambda i: _clip_name(f"{path}[{i // k}]", i % k, k), attributes=attributes)
+                   lambda i: _clip_name(f"{path}[{i // k}]", i % k, k), attributes=attributes, peek=peek)
 
 
 def per_clip(labels: np.ndarray, source: Any) -> np.ndarray:
     """Labels given per video (an array's labels, --labels), repeated for each of its K clips."""
     k = int(source.attributes.get("clips_per_video") or 1)
-    return np.repeat(labels, k) if k > 1 and len(labels) * k == source.count else labels
+    return _per_clip_labels(labels, k, source.description) if k > 1 and len(labels) * k == source.count else labels
 
 
 def _clip_name(video: str, clip: int, k: int) -> str:
@@ -266,9 +292,35 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
             attributes["fps"] = rates[0] if len(rates) == 1 else sorted(rates)
         return get(clip_indices(length, options)[i % k])
 
+    def peek() -> tuple[int, ...] | None:
+        frame = _frame_shape(videos[0])
+        return None if frame is None else (options.frames, *frame)
+
     return _source(description, len(videos) * k, read,
                    lambda i: _clip_name(utf8_text(str(videos[i // k])), i % k, k),
-                   None if labels is None else np.repeat(labels, k), class_names, paths, attributes)
+                   None if labels is None else _per_clip_labels(labels, k, description), class_names, paths,
+                   attributes, peek)
+
+
+def _frame_shape(video: Path) -> tuple[int, int, int] | None:
+    """[H, W, C] of a video's frames as ingest decodes them (C: 3 for a video file, 1 for gray frame
+    images), from the container's or the first frame's header; None when it cannot be read (the clip's
+    decoding then says why)."""
+    try:
+        if video.is_dir():
+            from PIL import Image
+
+            from jepa_cli.data.ingest import GRAY_MODES
+
+            with Image.open(_images_in(video)[0]) as image:
+                return image.size[1], image.size[0], 1 if image.mode in GRAY_MODES else 3
+        import av
+
+        with av.open(str(video)) as container:
+            context = container.streams.video[0].codec_context
+            return (int(context.height), int(context.width), 3) if context.height and context.width else None
+    except Exception:  # noqa: BLE001 - any unreadable header: decoding the clip reports it
+        return None
 
 
 def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
@@ -291,13 +343,17 @@ def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
                 (a, fa), (b, fb) = sizes.items()
                 raise BadSample(utf8_text(f"{name}: frame {fb} is {b[1]}x{b[0]} but {fa} is {a[1]}x{a[0]} "
                                           "(every frame of a clip folder must have one size)"))
-        out, first = [], None
+        out, first, decoded = [], None, {}
         for j in idx:
+            if j in decoded:  # a short clip repeats its last frame: decoded once
+                out.append(decoded[j])
+                continue
             try:
                 image = Image.open(files[j])
                 image.load()
             except Exception as exc:  # noqa: BLE001 - Pillow raises many kinds for a corrupt file
                 raise BadSample(utf8_text(f"{files[j]}: cannot decode image ({type(exc).__name__}: {exc})")) from None
+            decoded[j] = image
             if first is None:
                 first = (files[j].name, image.size)
             elif image.size != first[1]:
@@ -420,7 +476,8 @@ def moving_digits(query: str) -> Any:
     else:
         labels, names = direction[:, 0].astype(np.int32), list(DIRECTIONS)
     attributes = _attributes(ClipOptions(MOVING_FRAMES, 1, 1), MOVING_FRAMES, None)
-    return _source(spec, n, read, lambda i: f"{spec}[{i}]", labels, names, [], attributes)
+    return _source(spec, n, read, lambda i: f"{spec}[{i}]", labels, names, [], attributes,
+                   lambda: (MOVING_FRAMES, size, size, 1))
 
 
 def _bounce(p: int, room: int) -> int:
