@@ -149,13 +149,27 @@ def test_plot_into_the_run_it_reads_is_refused(run, run_cli):
     assert not png.exists()
 
 
-@pytest.mark.parametrize("labels, found", [(np.array([-1, 0, 0], np.int32), "label -1"),
-                                           (np.array([0.5, 1.0, 0.0], np.float32), "float32")])
-def test_info_of_a_dataset_whose_labels_are_not_class_indices_is_one_line(tmp_path, run_cli, labels, found):
+def _labelled(path, labels, class_names):
     from jepa_cli.data import store
 
-    data = tmp_path / "d.zarr"
-    store.write_group(data, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=["a"]))
-    store.write_array(data / "inputs", np.zeros((3, 4, 4, 1), np.uint8))
-    store.write_array(data / "labels", labels)
-    assert_user_error(run_cli("info", data), f"{data / 'labels'}: not class indices (int32 >= 0), found {found}")
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=class_names))
+    store.write_array(path / "inputs", np.zeros((len(labels), 4, 4, 1), np.uint8))
+    store.write_array(path / "labels", labels)
+    return path
+
+
+@pytest.mark.parametrize("labels, found", [(np.array([-1, 0, 0], np.int32), "not class indices (int32 >= 0), "
+                                                                            "found label -1"),
+                                           (np.array([0.5, 1.0, 0.0], np.float32), "not class indices (int32 >= 0), "
+                                                                                   "found float32"),
+                                           (np.array([0, 2**31 - 1], np.int32), "label 2147483647 but 1 class_names")])
+def test_info_of_a_dataset_whose_labels_are_not_class_indices_is_one_line(tmp_path, run_cli, labels, found):
+    data = _labelled(tmp_path / "d.zarr", labels, ["a"])
+    assert_user_error(run_cli("info", data), f"{data / 'labels'}: {found}")
+
+
+def test_info_histogram_of_unnamed_labels_counts_the_labels_present(tmp_path, run_cli):
+    data = _labelled(tmp_path / "d.zarr", np.array([0, 2**31 - 1, 0], np.int32), [])
+    r = run_cli("info", data, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["label_histogram"] == {"0": 2, "2147483647": 1}

@@ -85,9 +85,14 @@ def describe_dataset(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
         if labels.size and (labels.dtype.kind not in "iu" or labels.min() < 0):  # docs/formats.md: int32 indices
             found = labels.dtype.name if labels.dtype.kind not in "iu" else f"label {int(labels.min())}"
             raise InputError(f"{path / 'labels'}: not class indices (int32 >= 0), found {found}; {store.REWRITE}")
-        counts = np.bincount(labels, minlength=len(class_names)) if labels.size else np.zeros(0, int)
-        names = class_names if len(class_names) == len(counts) else [str(i) for i in range(len(counts))]
-        out["label_histogram"] = {name: int(c) for name, c in zip(names, counts)}
+        if class_names and labels.size and labels.max() >= len(class_names):
+            raise InputError(f"{path / 'labels'}: label {int(labels.max())} but {len(class_names)} class_names; "
+                             f"{store.REWRITE}")
+        if class_names:
+            out["label_histogram"] = dict(zip(class_names, np.bincount(labels, minlength=len(class_names)).tolist()))
+        else:  # unnamed classes: the labels present, never a bin per integer up to the largest
+            values, counts = np.unique(labels, return_counts=True)
+            out["label_histogram"] = {str(v): int(c) for v, c in zip(values.tolist(), counts.tolist())}
     if attrs.get("modality") == "audio" and (path / "durations").exists():  # docs/formats.md, "Audio datasets"
         from jepa_cli.data.audio import duration_stats
 
