@@ -336,3 +336,23 @@ def test_a_frame_stride_longer_than_the_video_gives_its_first_frame_then_its_las
 def test_clip_options_on_builtin_moving_digits_are_refused(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", "builtin:moving-digits", tmp_path / "o.zarr", "--frames", "4"),
                       "builtin:moving-digits: --frames, --frame-stride and --clips-per-video do not apply to it")
+
+
+# --- audio files whose header asks for more memory than there is -------------------------------------------
+
+def test_a_wav_whose_header_says_1_hz_is_refused_before_resampling_with_the_figure(run_cli, tmp_path, monkeypatch):
+    import struct
+
+    import soundfile as sf
+
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    wav = tmp_path / "src" / "c" / "x.wav"
+    sf.write(wav, np.zeros(2000, np.int16), 8000, subtype="PCM_16")
+    header = bytearray(wav.read_bytes())
+    header[24:32] = struct.pack("<II", 1, 2)  # sample rate 1 Hz, 2 bytes a second
+    wav.write_bytes(bytes(header))
+    monkeypatch.setattr(store, "available_memory", lambda: 16 << 20)
+    result = run_cli("ingest", tmp_path / "src", tmp_path / "o.zarr", "--seconds", "0.1")
+    assert_user_error(result, f"{wav}: needs about 488.3 MiB of memory to decode (2000 samples x 1 channel(s) at 1 Hz, "
+                      "resampled to 32000 Hz) but 16.0 MiB is available")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

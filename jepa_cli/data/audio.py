@@ -187,6 +187,7 @@ def decode_file(path: Path, sample_rate: int) -> tuple[np.ndarray, float]:
 
     name = utf8_text(str(path))
     _check_wav_length(path, name)
+    _check_decode_memory(path, name, sample_rate)
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except Exception as exc:  # noqa: BLE001 - libsndfile reports corrupt files in several ways
@@ -196,7 +197,33 @@ def decode_file(path: Path, sample_rate: int) -> tuple[np.ndarray, float]:
     if not np.isfinite(data).all():
         raise BadSample(f"{name}: holds NaN or infinite samples")
     mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
-    return resample(mono, rate, sample_rate), data.shape[0] / float(rate)
+    try:
+        return resample(mono, rate, sample_rate), data.shape[0] / float(rate)
+    except MemoryError:  # the check above reckons with what was available then; other processes take memory too
+        raise BadSample(f"{name}: ran out of memory resampling {data.shape[0]} samples from {rate} Hz to "
+                        f"{sample_rate} Hz") from None
+
+
+def _check_decode_memory(path: Path, name: str, sample_rate: int) -> None:
+    """BadSample naming the file when decoding it and resampling the whole of it to `sample_rate` needs
+    more memory than is available, reckoned from its header before a sample is read (float32: the
+    decoded channels, their mono mix, and soxr's output and its copy). A header may claim billions of
+    samples, or a rate of 1 Hz that turns a short file into billions of samples at 32 kHz."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(str(path))
+    except Exception:  # noqa: BLE001 - an unreadable header: sf.read says why
+        return
+    frames, channels, rate = int(info.frames), int(info.channels), int(info.samplerate)
+    if rate <= 0 or frames <= 0:
+        return
+    need = 4 * (frames * (channels + 1) + 2 * math.ceil(frames * sample_rate / rate))
+    free = store.available_memory()
+    if free is not None and need > free:
+        raise BadSample(f"{name}: needs about {store.format_bytes(need)} of memory to decode ({frames} samples x "
+                        f"{channels} channel(s) at {rate} Hz, resampled to {sample_rate} Hz) but "
+                        f"{store.format_bytes(free)} is available")
 
 
 def _check_wav_length(path: Path, name: str) -> None:
