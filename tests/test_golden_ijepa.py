@@ -18,6 +18,7 @@ from jepa_cli import masks
 from jepa_cli.models.convert import from_official
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective, ema_momentum, layer_norm_no_affine, masked_token_loss
+from jepa_cli.training import config as config_lib
 from jepa_cli.training import optimizer, schedules
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -99,34 +100,39 @@ def official_schedules():
 
 
 def _steps(name: str, data) -> tuple[np.ndarray, dict]:
-    """The update indices and schedule settings of run `a` (ipe 7, 10 epochs, warmup 2, ipe_scale
-    1.25) or `b` (in1k_vith14: ipe 625, 300 epochs, warmup 40)."""
-    if name == "a":
-        return np.arange(len(data["a_lr"])), {"ipe": 7, "epochs": 10, "warmup": 2, "ipe_scale": 1.25}
-    return data["b_index"], {"ipe": 625, "epochs": 300, "warmup": 40, "ipe_scale": 1.0}
+    """The update indices and the trainer's lengths (training/config.py resolve_lengths, the path every
+    run takes) of run `a` (ipe 7, 10 epochs, warmup 2, ipe_scale 1.25) or `b` (in1k_vith14: ipe 625,
+    300 epochs, warmup 40)."""
+    steps = np.arange(len(data["a_lr"])) if name == "a" else data["b_index"]
+    ipe, epochs, warmup, ipe_scale = (7, 10, 2, 1.25) if name == "a" else (625, 300, 40, 1.0)
+    cfg = config_lib.build_config({"batch_size": 16, "epochs": epochs, "warmup_epochs": warmup, "ipe_scale": ipe_scale})
+    return steps, config_lib.resolve_lengths(cfg, num_samples=16 * ipe)
+
+
+def test_the_trainers_lengths_are_the_official_ones(official_schedules):
+    _, lengths = _steps("a", official_schedules)
+    # official: T_max = int(ipe_scale * num_epochs * ipe), warmup = warmup_epochs * ipe, the EMA ramp unrounded
+    assert (lengths["steps"], lengths["t_max"], lengths["warmup_steps"], lengths["ema_t_max"]) == (70, 87, 14, 87.5)
 
 
 @pytest.mark.parametrize("run", ["a", "b"])
 def test_lr_schedule_equals_the_official_sequence(official_schedules, run):
-    steps, s = _steps(run, official_schedules)
-    t_max = schedules.total_steps(s["ipe"] * s["epochs"], s["ipe_scale"])
-    lr = jax.jit(schedules.warmup_cosine(2e-4, 1e-3, 1e-6, s["warmup"] * s["ipe"], t_max))
+    steps, lengths = _steps(run, official_schedules)
+    lr = jax.jit(schedules.warmup_cosine(2e-4, 1e-3, 1e-6, lengths["warmup_steps"], lengths["t_max"]))
     np.testing.assert_allclose(np.asarray(lr(jnp.asarray(steps))), official_schedules[f"{run}_lr"], rtol=2e-5)
 
 
 @pytest.mark.parametrize("run", ["a", "b"])
 def test_weight_decay_schedule_equals_the_official_sequence(official_schedules, run):
-    steps, s = _steps(run, official_schedules)
-    t_max = schedules.total_steps(s["ipe"] * s["epochs"], s["ipe_scale"])
-    wd = jax.jit(schedules.cosine_wd(0.04, 0.4, t_max))
+    steps, lengths = _steps(run, official_schedules)
+    wd = jax.jit(schedules.cosine_wd(0.04, 0.4, lengths["t_max"]))
     np.testing.assert_allclose(np.asarray(wd(jnp.asarray(steps))), official_schedules[f"{run}_wd"], rtol=2e-5)
 
 
 @pytest.mark.parametrize("run", ["a", "b"])
 def test_ema_momentum_equals_the_official_generator(official_schedules, run):
-    steps, s = _steps(run, official_schedules)
-    ramp = schedules.ema_ramp_length(s["ipe"] * s["epochs"], s["ipe_scale"])  # 87.5 for run a
-    m = jax.jit(lambda t: ema_momentum(t, 0.996, 1.0, ramp))(jnp.asarray(steps))
+    steps, lengths = _steps(run, official_schedules)
+    m = jax.jit(lambda t: ema_momentum(t, 0.996, 1.0, lengths["ema_t_max"]))(jnp.asarray(steps))
     np.testing.assert_allclose(np.asarray(m), official_schedules[f"{run}_m"], rtol=0, atol=1e-7)
 
 

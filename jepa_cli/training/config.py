@@ -252,15 +252,15 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
         steps = int(round(cfg.epochs * ipe))
     else:
         raise InputError("give --steps or --epochs (or set one in --config)")
-    t_max = max(1, int(cfg.ipe_scale * steps))
+    from jepa_cli.training.schedules import ema_ramp_length, total_steps
+
+    t_max = total_steps(steps, cfg.ipe_scale)
     if cfg.warmup_steps is not None:
         warmup = int(cfg.warmup_steps)
     elif cfg.warmup_epochs is not None:
         warmup = int(cfg.warmup_epochs * ipe)
     else:
         warmup = int(steps * 40 / 300)
-    from jepa_cli.training.schedules import ema_ramp_length
-
     return {"steps": steps, "ipe": ipe, "t_max": t_max, "warmup_steps": warmup,
             "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale)}
 

@@ -52,32 +52,3 @@ def cosine_wd(ref_wd: float, final_wd: float, t_max: int) -> Schedule:
         return jnp.maximum(final_wd, wd) if final_wd <= ref_wd else jnp.minimum(final_wd, wd)
 
     return schedule
-
-
-def linear_momentum(start: float, end: float, t_max: int) -> Schedule:
-    """EMA momentum m_i = start + i * (end - start) / t_max (official), held at `end` past t_max."""
-
-    def schedule(step):
-        i = jnp.minimum(jnp.asarray(step, jnp.float32), float(t_max))
-        return start + i * (end - start) / float(t_max)
-
-    return schedule
-
-
-# Plain-Python references of the official formulas, for tests and for drawing schedules on the host.
-def official_lr(step: int, start_lr: float, ref_lr: float, final_lr: float, warmup_steps: int, t_max: int) -> float:
-    t = step + 1
-    if t < warmup_steps:
-        return start_lr + (t / max(1, warmup_steps)) * (ref_lr - start_lr)
-    progress = (t - warmup_steps) / max(1, t_max - warmup_steps)
-    return max(final_lr, final_lr + (ref_lr - final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def official_wd(step: int, ref_wd: float, final_wd: float, t_max: int) -> float:
-    t = step + 1
-    wd = final_wd + (ref_wd - final_wd) * 0.5 * (1.0 + math.cos(math.pi * t / t_max))
-    return max(final_wd, wd) if final_wd <= ref_wd else min(final_wd, wd)
-
-
-def official_momentum(step: int, start: float, end: float, t_max: int) -> float:
-    return start + step * (end - start) / t_max
