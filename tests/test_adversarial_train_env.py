@@ -163,3 +163,32 @@ def test_tensorboard_with_a_name_too_long_is_refused_before_run_is_created(run_c
 def test_mask_output_with_a_name_too_long_is_one_line(run_cli, tmp_path):
     out = tmp_path / ("m" * 300 + ".zarr")
     assert_user_error(run_cli("mask", "--grid", "8x8", "--batch-size", "2", "-o", str(out)), "file name too long")
+
+
+# ---- JAX and XLA environment variables ------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["mask", "--grid", "8x8"], ["train", *TOY, "--steps", "1"]], ids=["mask", "train"])
+def test_an_unknown_xla_flag_is_one_line_before_xla_starts(command, toy_data, tmp_path):
+    args = [*command, "--data", toy_data, "--out", tmp_path / "run"] if command[0] == "train" else command
+    expect_refusal(*args, guard=[tmp_path], env={"XLA_FLAGS": "--bogus"},
+                   fragments=["XLA_FLAGS='--bogus'", "Unknown flag in XLA_FLAGS: --bogus"])
+
+
+def test_an_xla_flag_value_xla_cannot_read_is_one_line(tmp_path):
+    flags = "--xla_force_host_platform_device_count=abc"
+    expect_refusal("mask", "--grid", "8x8", guard=[tmp_path], cwd=tmp_path, env={"XLA_FLAGS": flags},
+                   fragments=[f"XLA_FLAGS='{flags}'", "Couldn't interpret value abc"])
+
+
+def test_known_xla_flags_are_not_checked_in_a_child_process(monkeypatch):
+    from jepa_cli.cli import main
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("a child process was started"))
+    assert main.xla_flags_problem({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}) is None
+
+
+@pytest.mark.parametrize("command", [["env"], ["train", *TOY, "--steps", "1"]], ids=["env", "train"])
+def test_a_jax_variable_jax_cannot_read_is_one_line_naming_it(command, toy_data, tmp_path):
+    args = [*command, "--data", toy_data, "--out", tmp_path / "run"] if command[0] == "train" else command
+    expect_refusal(*args, guard=[tmp_path], env={"JAX_NUM_CPU_DEVICES": "abc", "PYTHONPATH": str(ROOT / "tests")},
+                   fragments=["JAX_NUM_CPU_DEVICES='abc'", "jax_num_cpu_devices"])

@@ -14,7 +14,7 @@ import threading
 import click
 
 from jepa_cli import __version__
-from jepa_cli.errors import (JepaError, Terminated, completed_mark, completed_since, raise_if_signalled_since,
+from jepa_cli.errors import (InputError, JepaError, Terminated, completed_mark, completed_since, raise_if_signalled_since,
                              raise_interrupted, raise_terminated, received_signal, signal_mark,
                              storage_failure)
 
@@ -126,13 +126,65 @@ class JepaGroup(click.Group):
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
             if os.environ.get("JEPA_DEBUG") == "1":
                 raise
-            refused = storage_failure(exc)  # a full disk, a read-only folder, a name too long: every command
+            refused = storage_failure(exc) or jax_environment_problem(exc)  # for every command
             if refused is not None:
                 _fail(refused, 2)
             _fail(f"{type(exc).__name__}: {exc} (rerun with JEPA_DEBUG=1 for the traceback)", 1)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         sys.exit(0)
+
+
+NO_JAX_COMMANDS = frozenset({"completion"})  # commands that never start JAX: no environment check for them
+# XLA_FLAGS values XLA is known to read (the simulated CPU devices of the tests and of docs/distributed.md):
+# no child process to check them
+XLA_FLAGS_KNOWN = re.compile(r"--xla_force_host_platform_device_count=\d+")
+# glog's fatal and error lines: "F1205 05:27:07.904835 6263 parse_flags_from_env.cc:234] Unknown flag ..."
+_GLOG_LINE = re.compile(r"^([EF])\d{4} [\d:.]+\s+\d+ \S+\] (.*)$", re.M)
+
+
+def xla_flags_problem(env) -> str | None:
+    """Why XLA would refuse `env`'s XLA_FLAGS, in XLA's words, or None. XLA reads XLA_FLAGS when JAX
+    first compiles and ends the process on a flag it does not know or a value it cannot read: a C++
+    fatal error, with no Python exception to turn into one line, after a hundred lines of flag help.
+    So a child process with the same environment reads them first (about 0.5 s, only for flags other
+    than XLA_FLAGS_KNOWN). A child that fails in another way (no jaxlib) says nothing here: the
+    command itself reports that."""
+    flags = (env.get("XLA_FLAGS") or "").strip()
+    if not flags or all(XLA_FLAGS_KNOWN.fullmatch(flag) for flag in flags.split()):
+        return None
+    import subprocess
+
+    try:
+        child = subprocess.run([sys.executable, "-c", "from jaxlib import _jax; _jax.CompileOptions()"],
+                               env=dict(env), capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = _GLOG_LINE.findall(child.stderr.decode("utf-8", "replace"))
+    if child.returncode == 0 or not any(level == "F" for level, _ in lines):
+        return None
+    reasons = [text for _, text in lines if not text.startswith("Check failed")]  # the cause before the abort
+    return " ".join((reasons or [text for _, text in lines])[0].split())
+
+
+def jax_environment_problem(exc: BaseException) -> str | None:
+    """The one line for JAX refusing an environment variable while it is imported (a JAX_* variable
+    that is not of its flag's type, e.g. JAX_NUM_CPU_DEVICES=abc: a ValueError from jax/_src/config.py),
+    naming the variable; None for any other exception."""
+    if not isinstance(exc, ValueError):
+        return None
+    tb, variable = exc.__traceback__, None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.replace(os.sep, "/").endswith("jax/_src/config.py"):
+            name = frame.f_locals.get("varname") or frame.f_locals.get("name")
+            if isinstance(name, str) and name.upper() in os.environ:
+                variable = name.upper()
+        tb = tb.tb_next
+    if variable is None:
+        return None
+    return (f"{variable}={os.environ[variable]!r}: JAX cannot read this environment variable "
+            f"({' '.join(str(exc).split())}); fix or unset it")
 
 
 CACHE_MAX_BYTES = 2 << 30  # the persistent XLA cache evicts least-recently-used entries past 2 GiB
@@ -267,12 +319,20 @@ def _quiet_stderr_at_exit() -> None:
 
 @click.group(cls=JepaGroup, context_settings={"auto_envvar_prefix": "JEPA", "help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="jepa")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """jepa: joint-embedding predictive self-supervised learning from the shell.
 
     Subcommands exchange zarr v3 arrays and orbax checkpoints on disk.
     Results go to stdout (--json for one JSON object), logs and progress to stderr.
     """
+    # JAX has not started in a real `jepa` process yet; one that already loaded it (a caller in Python)
+    # read its XLA_FLAGS then, and lived.
+    if ctx.invoked_subcommand not in NO_JAX_COMMANDS and "jaxlib._jax" not in sys.modules:
+        problem = xla_flags_problem(os.environ)
+        if problem is not None:
+            raise InputError(f"XLA_FLAGS={os.environ['XLA_FLAGS']!r}: XLA refuses it ({problem}); fix or unset "
+                                 "XLA_FLAGS")
 
 
 def main() -> None:
