@@ -226,7 +226,7 @@ def test_bfloat16_compute_keeps_float32_params(tiny):
     out = jax.jit(lambda p, x: tmpl.merge(p)(x))(enc_p, images)
     ref = tiny[0](images)
     assert out.dtype == jnp.float32  # matmuls in bf16, the final LayerNorm in float32 (autocast)
-    assert float(jnp.abs(out - ref).max()) < 0.15
+    assert float(jnp.abs(out - ref).max()) < 0.01  # measured 0.0029 on outputs of magnitude up to 2.9
 
 
 def test_gelu_is_the_exact_erf_gelu_with_its_exact_gradient():
@@ -266,7 +266,7 @@ def test_bfloat16_runs_the_residual_stream_in_float32_as_torch_autocast():
     assert out.dtype == jnp.float32  # the final LayerNorm runs in float32
 
 
-def test_bfloat16_loss_is_within_a_thousandth_of_the_float32_loss():
+def test_bfloat16_loss_differs_from_the_float32_loss_by_under_5_in_100000():
     from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective
 
     shape = dict(image_size=16, patch_size=2, channels=3, width=32, depth=2, heads=2, pred_width=16, pred_depth=1,
@@ -278,9 +278,8 @@ def test_bfloat16_loss_is_within_a_thousandth_of_the_float32_loss():
         objective = IJEPAObjective(IJEPAConfig(**shape, dtype=dtype))
         loss = jax.jit(objective.loss)  # one compile instead of minutes of op-by-op dispatch
         losses[dtype] = float(loss(params, params["encoder"], batch, jax.random.PRNGKey(2), jnp.int32(0))[0])
-    # measured: 0.452838 (float32) vs 0.452824 (bfloat16), relative 3.1e-5 (a wider model with a bf16 residual
-    # stream: 7.3e-5)
-    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=1e-3)
+    # measured: 0.452838 (float32) vs 0.452824 (bfloat16), relative 3.1e-5; a bf16 residual stream gives 7.3e-5
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=5e-5)
 
 
 # -- how the blocks run: lax.scan and activation checkpointing (issue 9) --------------------------
