@@ -357,3 +357,18 @@ def test_non_finite_samples_are_refused_and_nothing_stays_on_disk(trained, tmp_p
     with pytest.raises(InputError, match="batch 0 of the samples is not finite"):
         sampling_run.sample_run(run, tmp_path / "s.zarr", n=2, steps=2, mesh=None)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sample_whose_output_appeared_meanwhile_keeps_that_output_and_leaves_no_partial(trained, tmp_path):
+    from jepa_cli.errors import InputError
+    from jepa_cli.sampling import run as sampling_run
+
+    _, _, run = trained
+    out = tmp_path / "s.zarr"
+
+    def another_writer_finishes_first(total, drawn):
+        store.write_group(out, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+
+    with pytest.raises(InputError, match="another process wrote it while this command ran"):
+        sampling_run.sample_run(run, out, n=2, steps=2, mesh=None, on_start=another_writer_finishes_first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"] and not (out / "inputs").exists()

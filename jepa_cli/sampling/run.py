@@ -178,7 +178,11 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
             write_grid(png, samples, labels, force)
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed
         resumable.finish(tmp)
-        store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
+        try:
+            store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
+        except InputError:  # the place was taken: the finished samples, no longer resumable, go
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape),
            "samples_resumed": resumed,
            "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
