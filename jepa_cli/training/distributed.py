@@ -6,16 +6,10 @@ import os
 
 from jepa_cli.errors import InputError
 
-_ENV_MARKERS = (
-    "JAX_COORDINATOR_ADDRESS",  # explicit JAX launch
-    "TPU_WORKER_HOSTNAMES",  # Cloud TPU multi-host slice (more than one host listed)
-    "SLURM_NTASKS",  # SLURM with more than one task
-    "OMPI_COMM_WORLD_SIZE",  # Open MPI
-)
-
-
 def multi_process_env() -> bool:
-    """True when the environment looks like a multi-process launch that JAX can auto-detect."""
+    """True when the environment looks like a multi-process launch that JAX can auto-detect: an explicit
+    JAX coordinator, a Cloud TPU slice listing more than one host, or SLURM / Open MPI with more than
+    one task."""
     if os.environ.get("JAX_COORDINATOR_ADDRESS"):
         return True
     hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
@@ -58,12 +52,6 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
         jax.distributed.initialize()
     _initialized = True
     return True
-
-
-def is_main_process() -> bool:
-    import jax
-
-    return jax.process_index() == 0
 
 
 VERSIONED = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore", "grain", "numpy")
