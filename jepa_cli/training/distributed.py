@@ -6,6 +6,7 @@ import os
 
 from jepa_cli.errors import InputError
 
+
 def multi_process_env() -> bool:
     """True when the environment looks like a multi-process launch that JAX can auto-detect: an explicit
     JAX coordinator, a Cloud TPU slice listing more than one host, or SLURM / Open MPI with more than
