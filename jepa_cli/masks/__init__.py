@@ -12,7 +12,7 @@ from jepa_cli.lazy import lazy_exports
 _EXPORTS = {
     "MaskConfig": "config", "MultiBlockConfig": "config", "MultiBlock3DConfig": "config", "RandomConfig": "config",
     "check_batch": "config", "config_from_options": "config", "config_parameters": "config",
-    "context_slots": "config", "target_slots": "config", "validate": "config", "MaskSet": "maskset",
+    "context_slots": "config", "target_slots": "config", "validate": "config", "validate_patch_grid": "config", "MaskSet": "maskset",
     "to_dense": "indexing", "sample": "sampler", "sample_many": "sampler",
 }  # name -> the module that defines it
 

@@ -405,6 +405,37 @@ def validate(config: MaskConfig) -> MaskConfig:
     return config
 
 
+def validate_patch_grid(config: MaskConfig, patch_size: int) -> MaskConfig:
+    """validate(config) for a grid of `patch_size`-pixel square patches that tile the images exactly
+    (images of grid x patch_size pixels).
+
+    An objective derives the grid from its model, so a user who never gave --grid learns from the
+    error what made it too small (the image and patch sizes) and the largest smaller --patch-size
+    that divides the images and gives a grid the masks fit."""
+    try:
+        return validate(config)
+    except InputError as error:
+        H, W = config.grid
+        h, w = H * patch_size, W * patch_size
+        q = next((q for q in range(patch_size - 1, 0, -1) if h % q == 0 and w % q == 0
+                  and _fits(dataclasses.replace(config, grid=(h // q, w // q)))), None)
+        if q is None:
+            raise
+        reason = str(error).removeprefix(f"--grid {H}x{W}").lstrip(": ").removeprefix("is ")
+        raise InputError(f"{h}x{w} images in {patch_size}x{patch_size} patches (--patch-size {patch_size}) make "
+                         f"a {H}x{W} token grid, too small for the masks ({reason}); a smaller patch gives a "
+                         f"larger grid: --patch-size {q} makes {h // q}x{w // q}") from None
+
+
+def _fits(config: MaskConfig) -> bool:
+    """Whether validate(config) passes."""
+    try:
+        validate(config)
+    except InputError:
+        return False
+    return True
+
+
 def _grid_text(config: MaskConfig) -> str:
     """The options that set the grid, as given: '--grid 14x14' or '--frames 8 --grid 14x14'."""
     grid = "--grid {}x{}".format(*config.grid)
