@@ -156,9 +156,11 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
 
     @property
     def mask_config(self):
-        from jepa_cli.masks import MultiBlockConfig
+        from jepa_cli.masks import MultiBlockConfig, validate_patch_grid
 
-        return MultiBlockConfig(grid=self.model_config.grid, **dict(self.mask_options))
+        model = self.model_config
+        config = MultiBlockConfig(grid=model.grid, **dict(self.mask_options))
+        return validate_patch_grid(config, model.patch_size)
 
     owner: ClassVar[str] = "ijepa"
     mask_strategy: ClassVar[str] = "multiblock"
