@@ -130,7 +130,8 @@ def test_short_clip_is_padded_with_its_last_frame_or_skipped_with_skip_bad(run_c
     assert attributes(out)["padded"] == [f"{tmp_path / 'c.npy'}[0]", f"{tmp_path / 'c.npy'}[1]"]
     skipped = run_cli("ingest", tmp_path / "c.npy", tmp_path / "skip.zarr", "--frames", "3", "--frame-stride", "2",
                       "--skip-bad")
-    assert_user_error(skipped, "every sample was unreadable")
+    assert_user_error(skipped, f"--skip-bad skipped every sample, the first because {tmp_path / 'c.npy'}[0]: 4 frame(s), "
+                      "shorter than one clip of 3 frames every 2 (5 frames)")
     assert nothing_written(tmp_path, "skip.zarr")
 
 

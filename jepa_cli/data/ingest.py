@@ -254,6 +254,7 @@ def _first_good(source: Source, indices: np.ndarray, channels: int | None, skip_
                 skipped: list[str]) -> tuple[np.ndarray, int]:
     """The first decodable sample at its own size (`to_pixels`) and its position in `indices`."""
     codec = source.codec or ImageCodec
+    first_reason = None
     for position, index in enumerate(indices):
         name = source.item_name(int(index))
         try:
@@ -262,4 +263,5 @@ def _first_good(source: Source, indices: np.ndarray, channels: int | None, skip_
             if not skip_bad:
                 raise InputError(str(exc)) from None
             skipped.append(name)
-    raise InputError(f"{source.description}: every sample was unreadable")
+            first_reason = first_reason or str(exc)
+    raise InputError(f"{source.description}: --skip-bad skipped every sample, the first because {first_reason}")
