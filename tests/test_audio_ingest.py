@@ -268,3 +268,9 @@ def test_info_png_draws_spectrograms_of_the_first_clips(run_cli, sounds, tmp_pat
     assert_user_error(run_cli("info", out, "--png", tmp_path / "s.png"), "s.png", "--force")
     run_cli("ingest", "builtin:digits", tmp_path / "d.zarr", "--limit", "4")
     assert run_cli("info", tmp_path / "d.zarr", "--png", tmp_path / "d.png").exit_code == 0  # images: the pictures
+
+
+def test_an_absurd_seconds_is_refused_with_the_sample_count_in_short_form(run_cli, tmp_path):
+    result = run_cli("ingest", "builtin:tones", tmp_path / "t.zarr", "--seconds", "1e300")
+    assert_user_error(result, "--seconds 1e+300 at 32000 Hz gives 3.2e+304 samples per clip; the limit is 1..67108864")
+    assert len(result.stderr) < 200

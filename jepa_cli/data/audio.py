@@ -356,8 +356,8 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
         raise InputError(f"--sample-rate must lie in {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE} Hz, got {sample_rate}")
     samples = int(round(seconds * sample_rate))
     if samples < 1 or samples > MAX_CLIP_SAMPLES:
-        raise InputError(f"--seconds {seconds:g} at {sample_rate} Hz gives {samples} samples per clip; the limit is "
-                         f"1..{MAX_CLIP_SAMPLES}")
+        raise InputError(f"--seconds {seconds:g} at {sample_rate} Hz gives {seconds * sample_rate:.6g} samples per clip; "
+                         f"the limit is 1..{MAX_CLIP_SAMPLES}")
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}")
     store.check_output(out, force, "dataset", source.paths)
