@@ -55,6 +55,13 @@ def test_mesh_parse_and_rule():
     assert mesh_lib.leaf_spec((192,), 1) == jax.sharding.PartitionSpec()
 
 
+def test_make_mesh_takes_the_first_devices_with_auto_axes():
+    mesh = mesh_lib.make_mesh("data=2,fsdp=2")  # 4 of the 8 simulated CPU devices
+    assert [[d.id for d in row] for row in mesh.devices] == [[0, 1], [2, 3]]
+    assert mesh.axis_names == ("data", "fsdp")
+    assert mesh.axis_types == (jax.sharding.AxisType.Auto,) * 2
+
+
 def test_toml_unknown_key_and_layers(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('steps = 5\nbatch_size = 8\n[ijepa]\nmodel = "small"\n')

@@ -6,7 +6,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from jepa_cli.errors import InputError
 
@@ -62,12 +62,14 @@ def format_mesh(sizes: dict[str, int]) -> str:
 
 
 def make_mesh(spec: str | dict[str, int] = "data=-1,fsdp=1", devices: list | None = None) -> Mesh:
-    """A Mesh over (data, fsdp) from a spec; uses the first data*fsdp devices."""
+    """A Mesh over (data, fsdp) from a spec, on the first data*fsdp devices. jax.make_mesh orders them by
+    the physical topology on TPU and GPU (neighbours on the fsdp axis); the axes stay Auto (shardings
+    by annotation, as every jit here is written), not make_mesh's default Explicit."""
     devices = list(jax.devices() if devices is None else devices)
     sizes = resolve_mesh_shape(spec, len(devices))
     n = sizes["data"] * sizes["fsdp"]
-    grid = np.array(devices[:n], dtype=object).reshape(sizes["data"], sizes["fsdp"])
-    return Mesh(grid, AXES)
+    return jax.make_mesh((sizes["data"], sizes["fsdp"]), AXES, axis_types=(AxisType.Auto,) * len(AXES),
+                         devices=devices[:n])
 
 
 def leaf_spec(shape: tuple[int, ...], fsdp: int) -> P:
