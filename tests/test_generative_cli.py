@@ -255,11 +255,12 @@ def test_sample_refusals_are_one_line_and_write_nothing(trained, run_cli, args, 
     assert not (d / "bad.zarr").exists()
 
 
-def test_sampling_a_jepa_run_is_refused(tmp_path, run_cli):
-    run = tmp_path / "ijepa"
+@pytest.mark.parametrize("objective, named", [("ijepa", "'ijepa'"), (["flow"], "['flow']")])
+def test_sampling_a_run_of_no_generative_objective_is_refused(tmp_path, run_cli, objective, named):
+    run = tmp_path / "run"
     run.mkdir()
-    (run / "run.json").write_text(json.dumps({"config": {"objective": "ijepa"}, "lengths": {"steps": 1}}))
-    assert_user_error(run_cli("sample", run, "-o", tmp_path / "s.zarr"), "'ijepa' is not generative")
+    (run / "run.json").write_text(json.dumps({"config": {"objective": objective}, "lengths": {"steps": 1}}))
+    assert_user_error(run_cli("sample", run, "-o", tmp_path / "s.zarr"), f"objective {named} is not generative")
 
 
 def test_fd_of_a_set_with_itself_is_zero(trained, run_cli):

@@ -90,7 +90,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     name = (record.get("config") or {}).get("objective")
     from jepa_cli.objectives import OBJECTIVES
 
-    if not getattr(OBJECTIVES.get(name), "generative", False):
+    if not (isinstance(name, str) and getattr(OBJECTIVES.get(name), "generative", False)):
         raise InputError(f"{run_dir}: objective {name!r} is not generative; sample a flow or diffusion run")
     config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback=lambda _s, message: log(message))
     data_dtype = objective.to_data(np.zeros((1, *objective.sample_shape), np.float32)).dtype
