@@ -356,3 +356,12 @@ def test_a_wav_whose_header_says_1_hz_is_refused_before_resampling_with_the_figu
     assert_user_error(result, f"{wav}: needs about 488.3 MiB of memory to decode (2000 samples x 1 channel(s) at 1 Hz, "
                       "resampled to 32000 Hz) but 16.0 MiB is available")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_hidden_macos_companion_files_in_an_image_folder_are_skipped(run_cli, tmp_path):
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    Image.new("L", (4, 4), 9).save(tmp_path / "src" / "c" / "x.png")
+    (tmp_path / "src" / "c" / "._x.png").write_bytes(b"\0\5\x16\7" * 10)  # AppleDouble metadata, not a PNG
+    result = run_cli("ingest", tmp_path / "src", tmp_path / "o.zarr", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["shape"] == [1, 4, 4, 1]
