@@ -3,6 +3,11 @@
 Decoupled weight decay as torch.optim.AdamW: p <- p - lr * (adam_update + wd * p) on masked leaves.
 The schedules are evaluated at the optimizer's own update count, so with gradient accumulation
 (done inside the step, see step.py) they advance once per update, never per micro-batch.
+
+Which leaves decay is the objective's rule (`Objective.weight_decay_mask`, objectives/base.py).
+The chain is written here rather than taken from optax.adamw, which computes the same update with a
+scheduled decay: its state is three entries (Adam moments, the masked decay's count, the learning
+rate's count) where this chain's is two, and every checkpoint already written stores this layout.
 """
 
 from __future__ import annotations
@@ -80,12 +85,3 @@ def make_optimizer(lr: Schedule, wd: Schedule, wd_mask: Any, clip_grad: float | 
     parts.append(scheduled_decay_and_lr(lr, wd, wd_mask))
     return optax.chain(*parts)
 
-
-def default_weight_decay_mask(params: Any) -> Any:
-    """Biases and 1-D parameters get no weight decay (the official rule)."""
-
-    def rule(path, leaf):
-        name = str(getattr(path[-1], "key", getattr(path[-1], "name", ""))) if path else ""
-        return not (name == "bias" or name.endswith("bias") or jnp.ndim(leaf) <= 1)
-
-    return jax.tree_util.tree_map_with_path(rule, params)

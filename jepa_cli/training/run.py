@@ -110,8 +110,8 @@ def build_optimizer(cfg, objective, lengths: dict[str, int], abstract_params: An
 
     lr_fn = schedules.warmup_cosine(cfg.start_lr, cfg.lr, cfg.final_lr, lengths["warmup_steps"], lengths["t_max"])
     wd_fn = schedules.cosine_wd(cfg.wd, cfg.final_wd, lengths["t_max"])
-    mask_fn = getattr(objective, "weight_decay_mask", None) or optimizer.default_weight_decay_mask
-    mask = jax.tree.map(lambda m: bool(m) if isinstance(m, (bool, np.bool_)) else m, mask_fn(abstract_params))
+    mask = jax.tree.map(lambda m: bool(m) if isinstance(m, (bool, np.bool_)) else m,
+                        objective.weight_decay_mask(abstract_params))
     tx = optimizer.make_optimizer(lr_fn, wd_fn, mask, cfg.clip_grad, b1=cfg.betas[0], b2=cfg.betas[1],
                                   clip_start=getattr(cfg, "clip_grad_start", 0))
     spec = getattr(objective, "ema_spec", None)
