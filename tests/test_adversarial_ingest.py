@@ -365,3 +365,13 @@ def test_hidden_macos_companion_files_in_an_image_folder_are_skipped(run_cli, tm
     result = run_cli("ingest", tmp_path / "src", tmp_path / "o.zarr", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["shape"] == [1, 4, 4, 1]
+
+
+def test_images_beside_the_frame_folders_of_a_video_source_are_refused_naming_one(run_cli, tmp_path):
+    root = _frame_folder(tmp_path / "clips")
+    (root / "run").mkdir()
+    Image.new("L", (8, 6)).save(root / "run" / "still.png")  # a class of loose images: no clip
+    assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr"),
+                      f"{root / 'run' / 'still.png'}: an image file where a video source has video files or folders "
+                      "of frames")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips"]

@@ -244,12 +244,14 @@ def folder_source(root: Path, options: ClipOptions | None) -> Any:
     class_names: list[str] = []
     if labelled:
         for s in subdirs:
+            _refuse_loose_images(s)
             found = _videos_in(s) + _subdirs(s)
             if found:
                 labels += [len(class_names)] * len(found)
                 class_names.append(s.name)
                 videos += found
     else:
+        _refuse_loose_images(root)
         videos = own + subdirs
     if not videos:
         raise InputError(utf8_text(f"{root}: no video files ({', '.join(sorted(VIDEO_EXTENSIONS))}) or folders of "
@@ -258,6 +260,16 @@ def folder_source(root: Path, options: ClipOptions | None) -> Any:
         require_pyav()
     label_array = np.asarray(labels, np.int32) if labelled else None
     return _videos_source(utf8_text(str(root)), videos, options, label_array, utf8_text(class_names), [root])
+
+
+def _refuse_loose_images(folder: Path) -> None:
+    """InputError when `folder`, whose entries are read as videos (files or folders of frames), holds
+    image files itself: they are no video, and would be left out without a word."""
+    images = _images_in(folder)
+    if images:
+        raise InputError(utf8_text(f"{images[0]}: an image file where a video source has video files or folders of "
+                                   "frames; move the images of that folder into a folder of their own (a clip) or "
+                                   "out of the source"))
 
 
 def file_source(path: Path, options: ClipOptions | None) -> Any:
