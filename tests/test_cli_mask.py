@@ -1,4 +1,5 @@
-"""`jepa mask`: the mask file, --show, --png (also over a dataset), --stats/--json, `jepa info`, bad input."""
+"""`jepa mask`: the mask file, --show, --png (also over a dataset), --stats/--json, `jepa info`, bad input;
+the drawings of `jepa mask --show` and `jepa ema-inspect` without colour."""
 
 from __future__ import annotations
 
@@ -54,6 +55,33 @@ def test_show_stats_and_json(run_cli):
     assert len(stats["target_tokens_per_row"]) == 4 and stats["context_tokens"]["max"] <= 40
     shown = run_cli("mask", *MB3D, "--show", "--json")  # with --json the drawing goes to stderr
     assert json.loads(shown.stdout)["frames"] == 2 and "pair 2" in shown.stderr
+
+
+def test_show_without_colour_draws_the_context_and_each_target_with_its_own_characters(run_cli):
+    result = run_cli("mask", *MB, "--show", "--samples", "1")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "legend: ██ context  11 target 1  22 target 2  33 target 3  44 target 4  ·· unused"
+    grid = "".join(lines[2:10])
+    assert all(cell in grid for cell in ("██", "11", "22", "33", "44"))
+
+
+def test_stats_print_the_token_counts_once(run_cli):
+    result = run_cli("mask", *MB, "--stats")
+    assert result.exit_code == 0, result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines() if "tokens" in line] == [
+        "context", "target", "target", "target", "target"]
+
+
+def test_ema_inspect_without_colour_rules_the_past_and_the_future_apart(capsys):
+    from jepa_cli.cli.ema_inspect import _human
+
+    schedule = [{"step": s, "momentum": 0.996 + 0.0004 * s} for s in range(11)]
+    _human({"run": "runs/a", "step": 4, "total_steps": 10, "momentum": 0.9976, "source": "encoder",
+            "schedule": schedule, "modules": []})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3] == "       │ ━━━━━╌╌╌╌╌╌"
+    assert lines[5] == "━━ past / ╌╌ future"
 
 
 def test_png_plain_and_over_a_dataset(run_cli, tmp_path):

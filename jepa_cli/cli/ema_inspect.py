@@ -9,6 +9,8 @@ import click
 from jepa_cli.cli.common import SPARK_BLOCKS, emit, output_options, spark_levels, warn
 from jepa_cli.cli.complete import complete_runs, complete_steps
 
+# Without colour the schedule gets a rule under it: these under the steps trained, those under the rest.
+PAST_RULE, FUTURE_RULE = "━", "╌"
 
 
 @click.command("ema-inspect")
@@ -46,14 +48,21 @@ def _human(r: dict[str, Any]) -> None:
         console.print(f"momentum at step {r['at']['step']}: [bold cyan]{r['at']['momentum']:.6f}[/]")
     values = [p["momentum"] for p in r["schedule"]]
     lo, hi = min(values), max(values)
+    past = [p["step"] <= r["step"] for p in r["schedule"]]
     text = Text()
-    for p, level in zip(r["schedule"], spark_levels(values)):
-        text.append(SPARK_BLOCKS[level], style="bold green" if p["step"] <= r["step"] else "dim")
+    for is_past, level in zip(past, spark_levels(values)):
+        text.append(SPARK_BLOCKS[level], style="bold green" if is_past else "dim")
+    colour = console.color_system is not None and not console.no_color
     console.print(Text(f"{hi:.4f} ┐ ", style="dim") + Text(""))
     console.print(Text("       │ ") + text)
+    if not colour:  # past and future differ only in style: a rule under the curve tells them apart
+        console.print("       │ " + "".join(PAST_RULE if is_past else FUTURE_RULE for is_past in past))
     console.print(Text(f"{lo:.4f} ┘ 0{' ' * max(1, len(values) - len(str(r['total_steps'])) - 1)}{r['total_steps']}",
                        style="dim"))
-    console.print(Text("past", style="bold green") + Text(" / ") + Text("future", style="dim"))
+    if colour:
+        console.print(Text("past", style="bold green") + Text(" / ") + Text("future", style="dim"))
+    else:
+        console.print(f"{PAST_RULE * 2} past / {FUTURE_RULE * 2} future")
     table = Table(title="EMA vs online")
     table.add_column("module")
     table.add_column("params", justify="right")

@@ -44,7 +44,9 @@ def _mask_options(func):
 
 TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bright_blue", "bright_magenta",
                   "dark_orange", "purple", "deep_pink2", "gold1"]
-
+# Without colour (a pipe, a file, NO_COLOR) each target is drawn with its own character, doubled:
+# one per block up to MAX_BLOCKS (64), so that no two targets of a sample look alike.
+TARGET_CHARS = "123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz+*="
 
 
 @click.command("mask", context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,7 +58,7 @@ TARGET_COLOURS = ["red", "blue", "magenta", "yellow", "cyan", "bright_red", "bri
 @_mask_options
 @click.option("-o", "--output", type=click.Path(dir_okay=True, file_okay=False), help="Write a mask file (zarr v3).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
-@click.option("--show", is_flag=True, help="Draw the first samples in the terminal.")
+@click.option("--show", is_flag=True, help="Draw the first samples in the terminal (targets by colour; by character without colour).")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), help="Write a picture grid of the first samples.")
 @click.option("--data", type=click.Path(), shell_complete=complete_datasets, help="Dataset (zarr) whose first samples --png draws under the masks.")
 @click.option("--samples", type=click.IntRange(min=1), default=4, show_default=True,
@@ -132,14 +134,19 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
     if show:
         from rich.console import Console
 
-        Console(stderr=as_json, soft_wrap=True).print(render_show(config, context, targets, samples))
+        console = Console(stderr=as_json, soft_wrap=True)
+        colour = console.color_system is not None and not console.no_color
+        console.print(render_show(config, context, targets, samples, colour))
 
     def human(res):
         from jepa_cli.cli.common import print_mapping
 
         flat = {k: v for k, v in res.items() if k not in ("stats", "parameters")}
-        flat["context_tokens"] = _fmt_summary(res["context_tokens"])
-        flat["target_tokens"] = _fmt_summary(res["target_tokens"])
+        if stats:  # the statistics below give the token counts, per target too
+            del flat["context_tokens"], flat["target_tokens"]
+        else:
+            flat["context_tokens"] = _fmt_summary(res["context_tokens"])
+            flat["target_tokens"] = _fmt_summary(res["target_tokens"])
         print_mapping(flat)
         if stats:
             _print_stats(summary, config)
@@ -185,8 +192,9 @@ def heat_map(coverage) -> "Text":
     return out
 
 
-def render_show(config, context, targets, samples: int):
-    """Rich renderable: the first samples as coloured grids (context, each target, unused) + legend."""
+def render_show(config, context, targets, samples: int, colour: bool = True):
+    """Rich renderable: the first samples as grids of two-character cells (context, each target,
+    unused) and a legend. With `colour` the targets differ by colour; without it, by character."""
     from rich.console import Group
     from rich.text import Text
 
@@ -196,16 +204,16 @@ def render_show(config, context, targets, samples: int):
     D = config.frames or 1
     parts = []
     legend = Text("legend: ")
-    legend.append("██", style="green")
+    legend.append(*_glyph(-2, colour))
     legend.append(" context  ")
     ntargets = targets.shape[1]
     for m in range(ntargets):
-        legend.append("██", style=TARGET_COLOURS[m % len(TARGET_COLOURS)])
+        legend.append(*_glyph(m, colour))
         legend.append(f" target {m + 1}  " if context.ndim == 2 else f" target (pair {m + 1})  ")
     if getattr(config, "allow_overlap", False):
-        legend.append("▒▒", style="white")
+        legend.append(*_glyph(-3, colour))
         legend.append(" context and target  ")
-    legend.append("··", style="grey50")
+    legend.append(*_glyph(-1, colour))
     legend.append(" unused")
     parts.append(legend)
     n = min(samples, context.shape[0])
@@ -220,7 +228,7 @@ def render_show(config, context, targets, samples: int):
             line = Text()
             for i in range(n):
                 for v in labels[i][r]:
-                    line.append(*_glyph(int(v)))
+                    line.append(*_glyph(int(v), colour))
                 line.append("  ")
             parts.append(line)
     else:
@@ -232,17 +240,20 @@ def render_show(config, context, targets, samples: int):
                     line = Text()
                     for f in range(D):
                         for v in lab[f, r]:
-                            line.append(*_glyph(int(v)))
+                            line.append(*_glyph(int(v), colour))
                         line.append(" ")
                     parts.append(line)
     return Group(*parts)
 
 
-def _glyph(label: int) -> tuple[str, str]:
+def _glyph(label: int, colour: bool) -> tuple[str, str]:
+    """(two characters, rich style) of a cell label (masks/render.py: cell_labels)."""
     if label == -2:
         return "██", "green"
     if label == -3:
         return "▒▒", "white"
     if label == -1:
         return "··", "grey50"
+    if not colour:
+        return TARGET_CHARS[label % len(TARGET_CHARS)] * 2, ""
     return "██", TARGET_COLOURS[label % len(TARGET_COLOURS)]
