@@ -473,3 +473,19 @@ def test_encode_latents_of_a_step_with_a_flipped_byte_is_one_line_and_touches_no
                    guard=[tmp_path], env={"PYTHONPATH": str(TESTS)},
                    fragments=["checkpoint at step 6 is unreadable, its files changed since it was saved",
                               "the newest intact checkpoint is step 4"])
+
+
+# -- 10: the imported epoch ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("epoch, why", [(10**30, "is past the last step a run can hold (2,147,483,647"),
+                                        (2**31 // 10 + 1, "x --ipe 10 is past the last step"), (True, "not a count of epochs"),
+                                        (-1, "not a count of epochs"), ("3", "not a count of epochs")])
+def test_import_of_an_absurd_epoch_is_one_line_and_writes_nothing(run_cli, tmp_path, epoch, why):
+    def set_epoch(checkpoint):
+        checkpoint["epoch"] = epoch
+
+    (tmp_path / "in").mkdir()
+    source = official_with(tmp_path / "in" / "epoch.pth.tar", set_epoch)
+    out = tmp_path / "out"
+    assert_user_error(run_cli("import-checkpoint", source, "-o", out, *TINY), str(source), why)
+    assert not out.exists()

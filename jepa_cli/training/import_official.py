@@ -23,6 +23,7 @@ from jepa_cli.errors import InputError
 
 IN1K_IPE = 625  # in1k_vith14_ep300.yaml: 1,281,167 images // (16 GPUs x batch 128)
 IN1K_EPOCHS = 300  # in1k_vith14_ep300.yaml: optimization.epochs
+MAX_STEP = 2**31 - 1  # TrainState.step is int32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +109,11 @@ def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
     checkpoint = read_torch_checkpoint(source)
     parts = official_parts(checkpoint, source)
     epoch = checkpoint.get("epoch", 0)
-    if not isinstance(epoch, int) or epoch < 0:
-        raise InputError(f"{source}: its epoch is {epoch!r}, not a count of epochs")
+    if type(epoch) is not int or epoch < 0:  # a bool is an int to Python, not a count
+        raise InputError(f"{source}: its epoch is {str(epoch)[:40]}, not a count of epochs")
+    if epoch * options.ipe > MAX_STEP:
+        raise InputError(f"{source}: its epoch {str(epoch)[:40]} x --ipe {options.ipe} is past the last step a run "
+                         f"can hold ({MAX_STEP:,}, the int32 step counter)")
 
     cfg = build_config({"objective": "ijepa", "epochs": float(options.epochs), "batch_size": options.batch_size,
                         "seed": options.seed, "out": str(out), "data": None})
