@@ -1,8 +1,19 @@
 _jepa_completion() {
     local IFS=$'\n'
-    local response
+    local response words=() cword=0 i
 
-    response=$(env COMP_WORDS="${COMP_WORDS[*]}" COMP_CWORD=$COMP_CWORD _JEPA_COMPLETE=bash_complete $1)
+    for ((i = 0; i < ${#COMP_WORDS[@]}; i++)); do
+        if ((i > 0)) && [[ ${COMP_WORDS[i]} == ':' || ${words[${#words[@]}-1]} == *: ]]; then
+            words[${#words[@]}-1]+=${COMP_WORDS[i]}
+        else
+            words+=("${COMP_WORDS[i]}")
+        fi
+        ((i == COMP_CWORD)) && cword=$((${#words[@]} - 1))
+    done
+    local cur=${words[cword]} prefix=''
+    [[ $COMP_WORDBREAKS == *:* && $cur == *:* ]] && prefix=${cur%"${cur##*:}"}
+
+    response=$(env COMP_WORDS="${words[*]}" COMP_CWORD=$cword _JEPA_COMPLETE=bash_complete $1)
 
     for completion in $response; do
         IFS=',' read type value <<< "$completion"
@@ -14,7 +25,7 @@ _jepa_completion() {
             COMPREPLY=()
             compopt -o default
         elif [[ $type == 'plain' ]]; then
-            COMPREPLY+=($value)
+            COMPREPLY+=("${value#"$prefix"}")
         fi
     done
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -16,8 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def bash_complete(line: str, cwd: Path) -> list[str]:
-    """COMPREPLY after <TAB> at the end of `line` (a trailing space completes a new word)."""
-    words = shlex.split(line) + ([""] if line.endswith(" ") else [])
+    """COMPREPLY after <TAB> at the end of `line` (a trailing space completes a new word). As bash
+    does with ':' in COMP_WORDBREAKS, a word is split at each ':' (`builtin:d` is `builtin`, `:`, `d`),
+    and an answer replaces only the piece after the last colon."""
+    words = [piece for word in shlex.split(line) for piece in re.split("(:)", word) if piece]
+    words += [""] if line.endswith(" ") else []
     script = (f"source {shlex.quote(str(ROOT / 'shell-completions' / 'jepa.bash'))}\n"
               f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)})\nCOMP_CWORD={len(words) - 1}\n"
               "_jepa_completion jepa\nprintf '%s\\n' \"${COMPREPLY[@]}\"\n")
@@ -66,4 +70,9 @@ def test_builtin_sources_and_choices(tree):
 
 def test_config_offers_the_builtin_recipes(tree):
     offered = bash_complete("jepa train --config builtin:ijepa", tree)
-    assert offered == ["builtin:ijepa-digits-tiny", "builtin:ijepa-in1k-vith14", "builtin:ijepa-small32"]
+    assert offered == ["ijepa-digits-tiny", "ijepa-in1k-vith14", "ijepa-small32"]
+
+
+def test_completion_goes_on_after_the_colon_of_builtin(tree):
+    assert bash_complete("jepa ingest builtin:", tree) == ["digits", "moving-digits", "tones"]
+    assert bash_complete("jepa ingest builtin:mo", tree) == ["moving-digits"]
