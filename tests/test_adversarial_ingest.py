@@ -375,3 +375,16 @@ def test_images_beside_the_frame_folders_of_a_video_source_are_refused_naming_on
                       f"{root / 'run' / 'still.png'}: an image file where a video source has video files or folders "
                       "of frames")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clips"]
+
+
+def test_a_later_video_too_big_for_memory_is_refused_naming_it_before_its_frames_are_decoded(run_cli, tmp_path,
+                                                                                            monkeypatch):
+    root = _frame_folder(tmp_path / "clips")  # walk/clip: 6x8 frames
+    (root / "walk" / "zoom").mkdir()
+    for j in range(3):
+        Image.new("L", (800, 600), j).save(root / "walk" / "zoom" / f"frame{j}.png")
+    monkeypatch.setattr(store, "available_memory", lambda: 100 << 20)  # a 64-frame clip of 600x800 is 29.3 MiB
+    result = run_cli("ingest", root, tmp_path / "o.zarr", "--frames", "64", "--size", "6x8")
+    assert_user_error(result, f"{root / 'walk' / 'zoom'}: needs about 175.8 MiB of memory but 100.0 MiB is available; "
+                      "one clip is 64x600x800x1 bytes at its own size")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clips"]

@@ -10,6 +10,7 @@ last frame (listed in the dataset's `padded` attribute), or skipped with --skip-
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,12 +297,17 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
         name = utf8_text(str(video))
         return _frame_folder(video, name) if video.is_dir() else _decode(video, name, options)
 
+    checked: set[int] = set()
+
     def read(i: int):
         get, length, rate = frames_of(i // k)
         _check_length(utf8_text(str(videos[i // k])), length, options, attributes)
         if rate is not None and rate not in rates:
             rates.append(rate)
             attributes["fps"] = rates[0] if len(rates) == 1 else sorted(rates)
+        if i // k not in checked:  # ingest checked the first video; a later one may be larger
+            _check_clip_memory(videos[i // k], options)
+            checked.add(i // k)
         return get(clip_indices(length, options)[i % k])
 
     def peek() -> tuple[int, ...] | None:
@@ -312,6 +318,20 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
                    lambda i: _clip_name(utf8_text(str(videos[i // k])), i % k, k),
                    None if labels is None else _per_clip_labels(labels, k, description), class_names, paths,
                    attributes, peek)
+
+
+def _check_clip_memory(video: Path, options: ClipOptions) -> None:
+    """InputError naming `video` when one of its clips, decoded at its own size (from the headers),
+    needs more memory than is available: before any of its frames is decoded."""
+    from jepa_cli.data import store
+    from jepa_cli.data.ingest import SAMPLES_IN_MEMORY
+
+    frame = _frame_shape(video)
+    if frame is None:
+        return
+    shape = "x".join(map(str, (options.frames, *frame)))
+    store.check_memory(utf8_text(str(video)), SAMPLES_IN_MEMORY * options.frames * math.prod(frame),
+                       f"one clip is {shape} bytes at its own size; pass fewer --frames")
 
 
 def _frame_shape(video: Path) -> tuple[int, int, int] | None:
