@@ -489,3 +489,14 @@ def test_import_of_an_absurd_epoch_is_one_line_and_writes_nothing(run_cli, tmp_p
     out = tmp_path / "out"
     assert_user_error(run_cli("import-checkpoint", source, "-o", out, *TINY), str(source), why)
     assert not out.exists()
+
+
+def test_import_of_a_state_dict_with_a_name_that_is_not_a_string_is_one_line(run_cli, tmp_path):
+    def number_key(checkpoint):
+        checkpoint["encoder"][1] = Tensor(np.zeros(3))
+
+    (tmp_path / "in").mkdir()
+    source = official_with(tmp_path / "in" / "key.pth.tar", number_key)
+    assert_user_error(run_cli("import-checkpoint", source, "-o", tmp_path / "out", *TINY),
+                      f"{source}: encoder is not a state dict of tensors")
+    assert not (tmp_path / "out").exists()

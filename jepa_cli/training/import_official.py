@@ -50,8 +50,9 @@ def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.n
     parts = {}
     for key in ("encoder", "predictor", "target_encoder"):
         part = checkpoint[key]
-        if not isinstance(part, Mapping) or not all(isinstance(v, np.ndarray) for v in part.values()):
-            raise InputError(f"{source}: {key} is not a state dict of tensors")
+        if not (isinstance(part, Mapping) and all(isinstance(k, str) and isinstance(v, np.ndarray)
+                                                  for k, v in part.items())):
+            raise InputError(f"{source}: {key} is not a state dict of tensors (names to tensors)")
         parts[key] = part
     for key, part in parts.items():
         for name, value in part.items():
