@@ -192,3 +192,20 @@ def test_a_jax_variable_jax_cannot_read_is_one_line_naming_it(command, toy_data,
     args = [*command, "--data", toy_data, "--out", tmp_path / "run"] if command[0] == "train" else command
     expect_refusal(*args, guard=[tmp_path], env={"JAX_NUM_CPU_DEVICES": "abc", "PYTHONPATH": str(ROOT / "tests")},
                    fragments=["JAX_NUM_CPU_DEVICES='abc'", "jax_num_cpu_devices"])
+
+
+def test_a_full_disk_while_resuming_leaves_metrics_and_no_partial_copy(tmp_path, monkeypatch):
+    from jepa_cli.training import loop
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1}\n{"step": 2}\n')
+
+    def full(self, text, *args, **kwargs):
+        Path.write_bytes(self, text[:3].encode())
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        loop._truncate_metrics(metrics, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    assert metrics.read_bytes() == b'{"step": 1}\n{"step": 2}\n'

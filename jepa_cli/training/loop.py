@@ -709,11 +709,13 @@ def _train_written(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, m
         pending: tuple[int, dict] | None = None
         probe_results: dict[int, dict[str, float]] = {}
         if plan.probe is not None and start_step == 0:  # the random initialisation's score: the baseline
+            from jepa_cli.evaluation.features import accuracy_text
+
             row = {"step": 0, **run_probe(plan.probe, objective, state, out)}
             if metrics_file:
                 metrics_file.write(row)
             summary["probe"] = row
-            cb.on_log(f"step 0: k-NN top-1 {row['knn_top1']:.4f}, top-5 {row['knn_top5']:.4f} (the initialisation)")
+            cb.on_log(f"step 0: k-NN {accuracy_text(row['knn_top1'], row['knn_top5'])} (the initialisation)")
             t_last = time.perf_counter()
         for i in range(start_step, steps):
             batch = next(loader)
@@ -771,5 +773,9 @@ def _truncate_metrics(path: Path, step: int) -> None:
         if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
             keep.append(line)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(k + "\n" for k in keep))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text("".join(k + "\n" for k in keep))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk mid-write: no half-written copy left beside the file
+        raise
