@@ -500,3 +500,17 @@ def test_import_of_a_state_dict_with_a_name_that_is_not_a_string_is_one_line(run
     assert_user_error(run_cli("import-checkpoint", source, "-o", tmp_path / "out", *TINY),
                       f"{source}: encoder is not a state dict of tensors")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_saved_config_that_builds_no_model_is_one_line_naming_the_step(run, run_cli):
+    import json
+
+    from jepa_cli.training.checkpoint import DIGEST_FILE
+
+    step_dir = run / "checkpoints" / "6"
+    (step_dir / DIGEST_FILE).unlink()
+    saved = json.loads((step_dir / "config" / "metadata").read_text())
+    saved["lengths"] = {"steps": "six"}
+    (step_dir / "config" / "metadata").write_text(json.dumps(saved))
+    assert_user_error(run_cli("ema-inspect", run, "--step", "6"),
+                      f"{run}: the configuration saved with its checkpoint at step 6 does not build a model (KeyError")

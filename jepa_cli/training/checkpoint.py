@@ -256,7 +256,14 @@ class Checkpoints:
                 config = self.restore_json(step, "config")
             except Exception as exc:  # noqa: BLE001 - a damaged or missing config item
                 raise self._unreadable(step, exc) from None
-            target = target(config)
+            try:
+                target = target(config)
+            except InputError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - options an objective's factory or the optimizer cannot take
+                reason = " ".join(str(exc).split())[:160]
+                raise InputError(f"{self.directory.parent}: the configuration saved with its checkpoint at step {step} "
+                                 f"does not build a model ({type(exc).__name__}: {reason})") from None
         self._precheck(step, target)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore(),
                                   config=ocp.args.JsonRestore())
