@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.models.mixer_pattern import SCAN_ORDERS, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -75,6 +76,12 @@ class ModelConfig:
                                flag=True)
     remat: str = option("none", "Activation checkpointing per block: keep matmul outputs (dots) or only block "
                         "inputs (block).", flag=True, choices=REMAT_POLICIES)
+    # token mixers (models/mixer_pattern.py, models/s5.py); 'attn' is the ViT, unchanged
+    mixer: str = option("attn", "Token mixer per block: attn, s5 or a comma-separated PATTERN repeated over the "
+                        "depth of the encoder and of the predictor (s5,s5,s5,attn: a 3:1 hybrid).", flag=True)
+    ssm_state: int = option(64, "S5 state size P (even; P/2 conjugate-pair states are stored).", flag=True)
+    scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",
+                             flag=True, choices=SCAN_ORDERS)
 
     def __post_init__(self):
         check_field_types(self, "model")
@@ -110,6 +117,12 @@ class ModelConfig:
             )
         if self.channels <= 0 or self.pred_depth < 0 or self.encoder_depth <= 0:
             raise InputError("channels and depth must be positive")
+        _ = self.encoder_mixers, self.predictor_mixers  # parses the pattern: a bad one is an InputError
+        if self.ssm_state < 2 or self.ssm_state % 2:
+            raise InputError(f"ssm_state must be an even number >= 2 (P/2 conjugate pairs are stored), "
+                             f"got {self.ssm_state}")
+        if self.scan_order not in SCAN_ORDERS:
+            raise InputError(f"unknown scan_order {self.scan_order!r} (choose from {', '.join(SCAN_ORDERS)})")
 
     @property
     def size(self) -> ModelSize:
@@ -134,6 +147,22 @@ class ModelConfig:
     @property
     def predictor_heads(self) -> int:
         return self.pred_heads or self.num_heads
+
+    @property
+    def encoder_mixers(self) -> tuple[str, ...]:
+        """The mixer of each encoder block ('attn' or 's5')."""
+        return parse_mixer(self.mixer, self.encoder_depth, "encoder")
+
+    @property
+    def predictor_mixers(self) -> tuple[str, ...]:
+        """The mixer of each predictor block (the same pattern repeated to the predictor's depth)."""
+        return parse_mixer(self.mixer, self.pred_depth, "predictor") if self.pred_depth else ()
+
+    def _mixer_kwargs(self, mixers: tuple[str, ...]) -> dict:
+        """The mixer arguments of a stack: none for attention only, so those modules stay as they were."""
+        if set(mixers) <= {"attn"}:
+            return {}
+        return {"mixers": mixers, "ssm_state": self.ssm_state, "scan_order": self.scan_order}
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -166,6 +195,7 @@ class ModelConfig:
             rngs=rngs,
             scan_layers=self.scan_layers,
             remat=self.remat,
+            **self._mixer_kwargs(self.encoder_mixers),
         )
 
     def predictor(self, rngs) -> "VisionTransformerPredictor":
@@ -182,6 +212,7 @@ class ModelConfig:
             rngs=rngs,
             scan_layers=self.scan_layers,
             remat=self.remat,
+            **self._mixer_kwargs(self.predictor_mixers),
         )
 
 
@@ -216,7 +247,7 @@ class VideoModelConfig(ModelConfig):
             width=self.embed_dim, depth=self.encoder_depth, heads=self.num_heads,
             mlp_ratio=self.encoder_mlp_ratio, dtype=self.compute_dtype, rngs=rngs,
             num_frames=self.num_frames, tubelet_size=self.tubelet_size, scan_layers=self.scan_layers,
-            remat=self.remat,
+            remat=self.remat, **self._mixer_kwargs(self.encoder_mixers),
         )
 
     def predictor(self, rngs, num_mask_tokens: int = 2) -> "VisionTransformerPredictor":
@@ -226,4 +257,5 @@ class VideoModelConfig(ModelConfig):
             grid=self.grid3d, embed_dim=self.embed_dim, width=self.pred_width, depth=self.pred_depth,
             heads=self.predictor_heads, mlp_ratio=4.0, dtype=self.compute_dtype, rngs=rngs,
             num_mask_tokens=num_mask_tokens, scan_layers=self.scan_layers, remat=self.remat,
+            **self._mixer_kwargs(self.predictor_mixers),
         )

@@ -11,9 +11,16 @@ stream, LayerNorm, the softmax (its logits are cast up), so only Linear/Conv out
 Token selection uses index form: ``index`` int [B, K] (or [B, C, K]) picks patches (raster order)
 after the position embedding is added, ``valid`` bool of the same shape marks real slots; invalid
 slots are masked out as attention keys, so they change nothing in the valid tokens' outputs.
+
+Blocks mix tokens by attention (the default) or, per block (``mixers``, option `mixer`), by a
+bidirectional S5 recurrence (models/s5.py). A stack with any S5 block sorts its tokens into the
+scan order (models/scan_order.py) before the blocks and back after them; invalid slots go last and
+the recurrence steps over them, so they change nothing in the valid tokens' outputs either.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +30,7 @@ from flax import nnx
 from jepa_cli.errors import InputError
 from jepa_cli.names import COMPUTE_DTYPES
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
+from jepa_cli.models.scan_order import scan_rank
 
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # compute dtype names -> JAX dtypes
@@ -157,25 +165,37 @@ class Block(nnx.Module):
     """Pre-norm transformer block. With `cond_dim` it is DiT's adaLN-Zero block (Peebles & Xie
     2023, Sec. 3.2): the norms lose their affine parameters and a zero-initialised Linear of
     SiLU(cond) gives shift/scale/gate for attention and MLP; without it (the JEPA encoder and
-    predictor) it is the plain block, unchanged."""
+    predictor) it is the plain block, unchanged. `mixer` 's5' puts an S5 mixer (`ssm`, state size
+    `ssm_state`) where attention (`attn`) is; the rest of the block is the same."""
 
     def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs,
-                 cond_dim: int | None = None):
+                 cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64):
         affine = cond_dim is None
         norm = _layer_norm if affine else _plain_layer_norm
         self.norm1 = norm(dim, dtype, rngs)
-        self.attn = Attention(dim, heads, dtype, rngs)
+        if mixer == "attn":
+            self.attn = Attention(dim, heads, dtype, rngs)
+        else:
+            from jepa_cli.models.s5 import S5Mixer
+
+            self.ssm = S5Mixer(dim, ssm_state, dtype, rngs)
         self.norm2 = norm(dim, dtype, rngs)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
         self.modulation = None if affine else ZeroLinear(cond_dim, 6 * dim, dtype, rngs)
 
     def __call__(self, x, key_valid=None, cond=None):
+        mix = self.attn if hasattr(self, "attn") else self.ssm
         if self.modulation is None:
-            x = x + self.attn(self.norm1(x), key_valid)
+            x = x + mix(self.norm1(x), key_valid)
             return x + self.mlp(self.norm2(x))
         s1, c1, g1, s2, c2, g2 = jnp.split(self.modulation(jax.nn.silu(cond)), 6, axis=-1)
-        x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, c1), key_valid)
+        x = x + g1[:, None] * mix(modulate(self.norm1(x), s1, c1), key_valid)
         return x + g2[:, None] * self.mlp(modulate(self.norm2(x), s2, c2))
+
+
+def block_kind(block: Block) -> str:
+    """'attn' or 's5': the mixer of `block`."""
+    return "attn" if hasattr(block, "attn") else "s5"
 
 
 def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, remat: str = "none"):
@@ -186,9 +206,19 @@ def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, rema
     backward pass keeps of each block: 'none' every activation; 'dots' the matmul outputs without
     batch dimensions (the Linear layers'; attention and elementwise work is recomputed); 'block'
     only the block's input (the whole block is recomputed, as V-JEPA's use_activation_checkpointing).
+    A hybrid stack runs as runs of consecutive blocks of one mixer (each scanned on its own: lax.scan
+    needs one parameter structure), so s5,s5,s5,attn x 3 traces 6 blocks, not 12.
     """
     blocks = list(blocks)
     if not blocks:
+        return x
+    kinds = [block_kind(blk) for blk in blocks]
+    if len(set(kinds)) > 1:
+        start = 0
+        for end in range(1, len(blocks) + 1):
+            if end == len(blocks) or kinds[end] != kinds[start]:
+                x = run_blocks(blocks[start:end], x, key_valid, cond, scan=scan, remat=remat)
+                start = end
         return x
     if not scan and remat == "none":
         for blk in blocks:
@@ -219,6 +249,40 @@ def _plain_layer_norm(dim, dtype, rngs):
                          param_dtype=jnp.float32, rngs=rngs)
 
 
+@functools.lru_cache(maxsize=64)
+def _rank(grid: tuple[int, ...], order: str) -> np.ndarray:
+    return scan_rank(grid, order)
+
+
+def to_scan_order(x, positions, valid, grid: tuple[int, ...], order: str):
+    """Tokens x [B, L, D] sorted into the scan `order` of `grid`: (x, valid, back), where back(y)
+    puts y [B, L, ...] into the original slots again. `positions` int [B, L] are the tokens' raster
+    indices (None: x is the whole grid in raster order); invalid slots (valid [B, L] False) go last,
+    so a recurrence reaches them only after every valid token."""
+    rank = _rank(tuple(grid), order)
+    if positions is None:
+        perm = np.argsort(rank)  # static: the scan's raster indices
+        inverse = jnp.asarray(rank)
+        return (x[:, perm], None if valid is None else valid[:, perm],
+                lambda y: jnp.take(y, inverse, axis=1))
+    key = jnp.asarray(rank)[positions]
+    if valid is not None:
+        key = jnp.where(valid, key, rank.size)
+    perm = jnp.argsort(key, axis=1, stable=True)  # [B, L]
+    inverse = jnp.argsort(perm, axis=1)
+    take = lambda y, p: jnp.take_along_axis(y, p.reshape(*p.shape, *(1,) * (y.ndim - 2)), axis=1)  # noqa: E731
+    return take(x, perm), None if valid is None else take(valid, perm), lambda y: take(y, inverse)
+
+
+def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state):
+    """`depth` blocks; mixers None: all attention (the ViT, built exactly as before mixers existed)."""
+    if mixers is None:
+        return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)])
+    if len(mixers) != depth:
+        raise InputError(f"{len(mixers)} mixers for {depth} blocks")
+    return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, mixer=m, ssm_state=ssm_state) for m in mixers])
+
+
 def gather_tokens(x, index):
     """x [B, N, D], index [B, ...] -> [B, ..., D]."""
     b = x.shape[0]
@@ -235,9 +299,12 @@ class VisionTransformer(nnx.Module):
         self, *, image_size: tuple[int, int], patch_size: int, channels: int, width: int,
         depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
         num_frames: int | None = None, tubelet_size: int = 1, scan_layers: bool = False,
-        remat: str = "none",
+        remat: str = "none", mixers: tuple[str, ...] | None = None, ssm_state: int = 64,
+        scan_order: str = "raster",
     ):
         self.scan_layers, self.remat = scan_layers, remat
+        # a stack with a recurrent block runs in scan order (None: attention only, order-free)
+        self.scan_order = scan_order if mixers is not None and "s5" in mixers else None
         self.image_size = tuple(image_size)
         self.patch_size = patch_size
         self.width = width
@@ -252,9 +319,7 @@ class VisionTransformer(nnx.Module):
             kernel_init=trunc_normal(), bias_init=_zeros,
             dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
         )
-        self.blocks = nnx.List(
-            [Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)]
-        )
+        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state)
         self.norm = _layer_norm(width, dtype, rngs)
 
     def patchify(self, images):
@@ -296,6 +361,10 @@ class VisionTransformer(nnx.Module):
                 x = x.reshape(-1, *x.shape[2:])
                 if valid is not None:
                     valid = valid.reshape(-1, valid.shape[-1])
+        back = None
+        if self.scan_order is not None:
+            positions = None if index is None else index.reshape(-1, index.shape[-1])
+            x, valid, back = to_scan_order(x, positions, valid, self.grid, self.scan_order)
         depth = len(self.blocks)
         if not 1 <= last_layers <= depth:
             raise InputError(f"last_layers must be in 1..{depth}, got {last_layers}")
@@ -306,6 +375,8 @@ class VisionTransformer(nnx.Module):
             x = run_blocks([blk], x, valid, remat=self.remat)
             outs.append(self.norm(x))
         x = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
+        if back is not None:
+            x = back(x)
         if lead is not None:
             x = x.reshape(*lead, *x.shape[1:])
         return x
@@ -317,9 +388,11 @@ class VisionTransformerPredictor(nnx.Module):
     def __init__(
         self, *, grid: tuple[int, ...], embed_dim: int, width: int, depth: int, heads: int,
         mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs, num_mask_tokens: int | None = None,
-        scan_layers: bool = False, remat: str = "none",
+        scan_layers: bool = False, remat: str = "none", mixers: tuple[str, ...] | None = None,
+        ssm_state: int = 64, scan_order: str = "raster",
     ):
         self.scan_layers, self.remat = scan_layers, remat
+        self.scan_order = scan_order if mixers is not None and "s5" in mixers else None
         self.grid = tuple(grid)  # (rows, columns), or (frames, rows, columns) for video
         self.width = width
         self.dtype = dtype
@@ -328,9 +401,7 @@ class VisionTransformerPredictor(nnx.Module):
             self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
         else:  # V-JEPA: one zero-initialised token per mask type (vitl16.yaml zero_init_mask_tokens)
             self.mask_tokens = nnx.Param(jnp.zeros((num_mask_tokens, 1, width), jnp.float32))
-        self.blocks = nnx.List(
-            [Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)]
-        )
+        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state)
         self.norm = _layer_norm(width, dtype, rngs)
         self.proj = _linear(width, embed_dim, dtype, rngs)
 
@@ -363,7 +434,12 @@ class VisionTransformerPredictor(nnx.Module):
         tokens = mask + pos[target_index]  # [B, M, T, W]
         x = jnp.concatenate([x, tokens], axis=2).reshape(b * m, k + t, self.width)
         valid = jnp.concatenate([cvalid, target_valid], axis=2).reshape(b * m, k + t)
-        x = run_blocks(self.blocks, x, valid, scan=self.scan_layers, remat=self.remat)
+        if self.scan_order is None:
+            x = run_blocks(self.blocks, x, valid, scan=self.scan_layers, remat=self.remat)
+        else:  # context and mask tokens interleaved in scan order: each target sees its neighbours
+            where = jnp.concatenate([jnp.broadcast_to(context_index, (b, m, k)), target_index], axis=2)
+            x, svalid, back = to_scan_order(x, where.reshape(b * m, k + t), valid, self.grid, self.scan_order)
+            x = back(run_blocks(self.blocks, x, svalid, scan=self.scan_layers, remat=self.remat))
         x = self.norm(x[:, k:])
         return self.proj(x).reshape(b, m, t, -1)
 

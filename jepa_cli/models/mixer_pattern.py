@@ -1,0 +1,28 @@
+"""The token-mixer pattern of a block stack (option `mixer`) and the scan-order names, without JAX: the
+CLI checks them before JAX loads.
+
+A pattern is a comma-separated list of mixer names (`attn`, `s5`); block i of a stack of depth d gets
+entry i mod len(pattern), so `s5,s5,s5,attn` is a 3:1 hybrid at any depth and a list of d names sets
+every block. One pattern serves the encoder and the predictor (each repeats it to its own depth).
+"""
+
+from __future__ import annotations
+
+from jepa_cli.errors import InputError
+
+MIXERS = ("attn", "s5")  # attn: models/vit.py Attention; s5: models/s5.py S5Mixer
+SCAN_ORDERS = ("raster", "serpentine", "hilbert")  # models/scan_order.py
+
+
+def parse_mixer(pattern: str, depth: int, what: str = "encoder") -> tuple[str, ...]:
+    """The mixer of each of `depth` blocks named by `pattern` ('s5,attn' -> s5, attn, s5, attn, ...).
+    An empty pattern or entry, an unknown name, or more entries than `depth` is an InputError."""
+    names = [word.strip() for word in str(pattern).split(",")]
+    if not pattern or not str(pattern).strip() or any(not n for n in names):
+        raise InputError(f"mixer pattern {pattern!r} has an empty entry (write names such as s5,s5,s5,attn)")
+    unknown = [n for n in names if n not in MIXERS]
+    if unknown:
+        raise InputError(f"unknown mixer {unknown[0]!r} in pattern {pattern!r} (choose from {', '.join(MIXERS)})")
+    if len(names) > depth:
+        raise InputError(f"mixer pattern {pattern!r} names {len(names)} blocks but the {what} has {depth}")
+    return tuple(names[i % len(names)] for i in range(depth))
