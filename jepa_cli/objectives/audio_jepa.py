@@ -57,6 +57,9 @@ class AudioJEPAConfig:
     mlp_ratio: float | None = option_of(ModelConfig, "mlp_ratio", None)
     scan_layers: bool = option_of(ModelConfig, "scan_layers", False)
     remat: str = option_of(ModelConfig, "remat", "none")
+    mixer: str = option_of(ModelConfig, "mixer", "attn")
+    ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
+    scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     # front-end (Kaldi fbank as torchaudio.compliance.kaldi.fbank)
     sample_rate: int = option(32000, "Sample rate in Hz (training takes the dataset's).")  # Audio-JEPA: 32 kHz
     seconds: float = option(10.0, "Clip length in seconds (training takes the dataset's).")  # Audio-JEPA: 10 s clips
@@ -119,7 +122,8 @@ class AudioJEPAConfig:
                            channels=1, pred_depth=self.pred_depth, pred_width=self.pred_width,
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
                            heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
-                           remat=self.remat)
+                           remat=self.remat, mixer=self.mixer, ssm_state=self.ssm_state,
+                           scan_order=self.scan_order)
 
     @property
     def mask_config(self) -> RandomConfig:
