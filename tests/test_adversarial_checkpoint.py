@@ -514,3 +514,27 @@ def test_a_saved_config_that_builds_no_model_is_one_line_naming_the_step(run, ru
     (step_dir / "config" / "metadata").write_text(json.dumps(saved))
     assert_user_error(run_cli("ema-inspect", run, "--step", "6"),
                       f"{run}: the configuration saved with its checkpoint at step 6 does not build a model (KeyError")
+
+
+def test_a_full_disk_for_the_digest_leaves_the_committed_step_whole_and_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    import jax
+
+    from jepa_cli.training.checkpoint import DIGEST_FILE, Checkpoints
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    state = {"params": {"w": np.arange(6, dtype=np.float32)}}
+    ckpts = Checkpoints(tmp_path / "run", async_save=False)
+    monkeypatch.setattr(Path, "write_text", full)
+    ckpts.save(1, state, {}, {})
+    monkeypatch.undo()
+    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.SingleDeviceSharding(
+        jax.devices()[0])), state)
+    restored, _data, _config = ckpts.restore(1, target)
+    ckpts.close()
+    step_dir = tmp_path / "run" / "checkpoints" / "1"
+    assert not (step_dir / DIGEST_FILE).exists() and not list(step_dir.glob(f".{DIGEST_FILE}*"))
+    np.testing.assert_array_equal(restored["params"]["w"], state["params"]["w"])

@@ -106,8 +106,12 @@ def write_digest(step_dir: str | Path) -> None:
     step_dir = Path(step_dir)
     record = {"algorithm": "sha256", "files": _file_digests(step_dir)}
     tmp = step_dir / f".{DIGEST_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, step_dir / DIGEST_FILE)
+    try:
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, step_dir / DIGEST_FILE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def digest_problem(step_dir: str | Path) -> str | None:
@@ -197,9 +201,15 @@ class Checkpoints:
         return saved
 
     def _write_digest(self, step: int) -> None:
+        """The digest of a committed step. A file system that refuses it (full, read-only) leaves the step
+        without one, restored unchecked: the checkpoint itself is whole, and the next save meets the
+        same refusal and reports it."""
         with self._digest_lock:
             if step in self.manager.all_steps():
-                write_digest(self.directory / str(step))
+                try:
+                    write_digest(self.directory / str(step))
+                except OSError:
+                    pass
 
     def _digest_when_committed(self, step: int) -> None:
         try:
