@@ -37,7 +37,7 @@ def test_linear_probe_separable_is_perfect_and_shuffled_is_chance(tmp_path, run_
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["probe"] == "linear" and out["n_train"] == 800 and out["n_test"] == 400
-    assert out["top1"] >= 0.99 and out["top5"] == 1.0
+    assert out["top1"] >= 0.99 and out["top5"] is None  # 5 classes: no top-5
     assert set(out) >= {"probe", "top1", "top5", "n_train", "n_test", "weight_decay"}
 
     # shuffled labels, unrelated to the features: test accuracy at chance (1/5)
@@ -79,6 +79,33 @@ def test_knn_equals_numpy_reference(vote):
     out = knn_probe(x, y, xt, yt, 7, k=20, vote=vote)
     assert out["top1"] == pytest.approx(float((ref[:, 0] == yt).mean()), abs=0.02)
     assert out["top5"] == pytest.approx(float((ref == yt[:, None]).any(axis=1).mean()), abs=0.02)
+
+
+@pytest.mark.parametrize("probe", ["linear", "knn", "attentive"])
+@pytest.mark.parametrize("num_classes, has_top5", [(5, False), (6, True)])
+def test_top5_is_reported_only_with_more_than_5_classes(probe, num_classes, has_top5):
+    from jepa_cli.evaluation.attentive import attentive_probe
+    from jepa_cli.evaluation.knn import knn_probe
+    from jepa_cli.evaluation.linear import linear_probe
+
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(48, 2, 8)).astype(np.float32), np.arange(48) % num_classes
+    xt, yt = rng.normal(size=(24, 2, 8)).astype(np.float32), np.arange(24) % num_classes
+    run = {"linear": lambda: linear_probe(x.mean(1), y, xt.mean(1), yt, num_classes, max_iter=20),
+           "knn": lambda: knn_probe(x.mean(1), y, xt.mean(1), yt, num_classes, k=10),
+           "attentive": lambda: attentive_probe(x, y, xt, yt, num_classes, epochs=1, batch_size=16)}[probe]
+    assert isinstance(run()["top5"], float) == has_top5
+
+
+def test_probe_output_omits_the_top5_of_4_classes_and_json_gives_null(tmp_path, run_cli):
+    rng = np.random.default_rng(5)
+    x, y = separable(rng, 80, num_classes=4)
+    tr = write_dataset(tmp_path / "tr.zarr", x, y)
+    result = run_cli("probe", "knn", tr, tr, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["top5"] is None
+    human = run_cli("probe", "knn", tr, tr, "-q")
+    assert human.exit_code == 0 and "top1" in human.stdout and "top5" not in human.stdout
 
 
 def test_knn_cli_raw_per_class(tmp_path, run_cli):

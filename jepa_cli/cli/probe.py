@@ -37,7 +37,8 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     Features are the `inputs` of latent datasets (from encode-latents), or of any dataset with
     --raw. linear: standardised features, logistic regression, weight decay chosen on a held-out
     part of TRAIN. knn: cosine, k neighbours, DINO's temperature-weighted vote. attentive: V-JEPA's
-    one-query cross-attention probe over tokens (encode with --pool none). Accuracies are fractions.
+    one-query cross-attention probe over tokens (encode with --pool none). Accuracies are fractions;
+    top-5 only with more than 5 classes (else null in --json: every label is among the five best).
 
     \b
     Examples:
@@ -109,7 +110,8 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
                                                        tr.class_names or te.class_names)
 
     def human(r):
-        flat = {key: value for key, value in r.items() if key != "per_class"}
+        # a top-5 of 5 classes or fewer is None (features.topk_accuracy): --json keeps the null, this omits it
+        flat = {key: value for key, value in r.items() if key != "per_class" and not (key == "top5" and value is None)}
         print_mapping(flat, title=f"{probe} probe")
         if per_class:
             from rich.console import Console
@@ -128,6 +130,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
 def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json, log):
     """`--run RUN [--step N|all]`: one result per checkpoint (evaluation/online.py probe_run)."""
     from jepa_cli.errors import InputError
+    from jepa_cli.evaluation.features import accuracy_text
     from jepa_cli.evaluation.online import probe_run
 
     if run_dir is None:
@@ -140,7 +143,7 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
             raise InputError(f"--step must be a checkpoint step or 'all', got {step!r}")
         step = int(step)
     rows = probe_run(run_dir, train, test, probe, step, k=k, temperature=temperature, vote=vote, seed=seed,
-                     on_result=lambda r: log(f"step {r['step']}: top-1 {r['top1']:.4f}, top-5 {r['top5']:.4f}"))
+                     on_result=lambda r: log(f"step {r['step']}: {accuracy_text(r['top1'], r['top5'])}"))
     result = {"probe": probe, "run": run_dir, "train": train, "test": test, "weights": "target",
               "k": k if probe == "knn" else None, "results": rows}
 
@@ -152,7 +155,7 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
         for col in ("step", "top1", "top5"):
             table.add_column(col)
         for row in r["results"]:
-            table.add_row(str(row["step"]), f"{row['top1']:.4f}", f"{row['top5']:.4f}")
+            table.add_row(str(row["step"]), f"{row['top1']:.4f}", "-" if row["top5"] is None else f"{row['top5']:.4f}")
         Console().print(table)
 
     emit(result, as_json, human)

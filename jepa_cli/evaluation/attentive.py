@@ -20,6 +20,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jepa_cli.evaluation.features import topk_accuracy
+
 EPOCHS = 20
 BATCH_SIZE = 256
 LEARNING_RATE = 1e-3
@@ -154,12 +156,13 @@ def attentive_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray
                     num_classes: int, epochs: int = EPOCHS, batch_size: int = BATCH_SIZE, seed: int = 0,
                     num_heads: int | None = None,
                     on_epoch: Callable[[int, float], None] | None = None) -> dict[str, Any]:
-    """Trains on TRAIN tokens, scores TEST: top-1/top-5 (fractions) and predictions."""
+    """Trains on TRAIN tokens, scores TEST: top-1/top-5 (fractions; top-5 None for 5 classes or
+    fewer, features.topk_accuracy) and predictions."""
     from jepa_cli.evaluation.linear import rank_classes
 
     model = fit_attentive(x_train, y_train, num_classes, epochs, batch_size, seed=seed, num_heads=num_heads,
                           on_epoch=on_epoch)
     ranked = rank_classes(predict_logits(model, x_test, batch_size))
-    hits = ranked == np.asarray(y_test)[:, None]
-    return {"top1": float(hits[:, 0].mean()), "top5": float(hits.any(axis=1).mean()), "epochs": epochs,
+    top1, top5 = topk_accuracy(y_test, ranked, num_classes)
+    return {"top1": top1, "top5": top5, "epochs": epochs,
             "tokens": int(np.asarray(x_train).shape[1]), "predictions": ranked[:, 0]}

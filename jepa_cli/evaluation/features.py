@@ -168,7 +168,18 @@ def per_class_accuracy(labels: np.ndarray, predictions: np.ndarray, num_classes:
     return rows
 
 
-def topk_accuracy(labels: np.ndarray, ranked: np.ndarray) -> tuple[float, float]:
-    """Top-1 and top-5 from class rankings `[N, >=1]` (best first); top-5 uses min(5, columns)."""
-    hits = ranked[:, :5] == labels[:, None]
-    return float(hits[:, 0].mean()), float(hits.any(axis=1).mean())
+TOP_K = 5  # the second accuracy every probe reports, besides top-1
+
+
+def topk_accuracy(labels: np.ndarray, ranked: np.ndarray, num_classes: int) -> tuple[float, float | None]:
+    """Top-1 and top-5 (fractions of `labels` [N]) from class rankings `ranked` [N, >=1] (best first;
+    top-5 uses min(5, columns)). Top-5 is None unless there are more than 5 classes: with 5 or
+    fewer every label is among the five best, and a top-5 of 1 says nothing."""
+    hits = np.asarray(ranked)[:, :TOP_K] == np.asarray(labels)[:, None]
+    top5 = float(hits.any(axis=1).mean()) if num_classes > TOP_K else None
+    return float(hits[:, 0].mean()), top5
+
+
+def accuracy_text(top1: float, top5: float | None) -> str:
+    """'top-1 0.9123, top-5 0.9876', without the top-5 where it is None (topk_accuracy)."""
+    return f"top-1 {top1:.4f}" + (f", top-5 {top5:.4f}" if top5 is not None else "")

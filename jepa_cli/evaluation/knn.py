@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jepa_cli.evaluation.features import topk_accuracy
+
 SIMILARITY_BUDGET = 1 << 25  # floats of the [batch, N_train] similarity block (128 MiB)
 
 
@@ -67,8 +69,9 @@ def knn_rank(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, num_c
 def knn_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, num_classes: int,
               k: int = 20, temperature: float = 0.07, vote: str = "weighted", batch_size: int | None = None,
               on_batch: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Top-1/top-5 (fractions) of the k-NN classifier and its top-1 predictions."""
+    """Top-1/top-5 (fractions; top-5 None for 5 classes or fewer, features.topk_accuracy) of the k-NN
+    classifier and its top-1 predictions."""
     ranked = knn_rank(x_train, y_train, x_test, num_classes, k, temperature, vote, batch_size, on_batch)
-    hits = ranked == np.asarray(y_test)[:, None]
-    return {"top1": float(hits[:, 0].mean()), "top5": float(hits.any(axis=1).mean()),
+    top1, top5 = topk_accuracy(y_test, ranked, num_classes)
+    return {"top1": top1, "top5": top5,
             "k": k, "temperature": temperature, "vote": vote, "predictions": ranked[:, 0]}

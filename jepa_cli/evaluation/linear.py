@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from jepa_cli.evaluation.features import topk_accuracy
+
 WEIGHT_DECAYS: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 HOLDOUT_FRACTION = 0.2
 MAX_ITER = 100
@@ -138,13 +140,14 @@ def rank_classes(scores: np.ndarray, k: int = 5) -> np.ndarray:
 def linear_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
                  num_classes: int, seed: int = 0, weight_decays: Sequence[float] = WEIGHT_DECAYS,
                  max_iter: int = MAX_ITER, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Fits on TRAIN, scores TEST: top-1/top-5 (fractions), predictions and the chosen weight decay."""
+    """Fits on TRAIN, scores TEST: top-1/top-5 (fractions; top-5 None for 5 classes or fewer,
+    features.topk_accuracy), predictions and the chosen weight decay."""
     probe = fit_linear(x_train, y_train, num_classes, weight_decays, seed=seed, max_iter=max_iter, on_step=on_step)
     ranked = rank_classes(probe.logits(np.asarray(x_test, np.float32)))
-    hits = ranked == np.asarray(y_test)[:, None]
+    top1, top5 = topk_accuracy(y_test, ranked, num_classes)
     return {
-        "top1": float(hits[:, 0].mean()),
-        "top5": float(hits.any(axis=1).mean()),
+        "top1": top1,
+        "top5": top5,
         "weight_decay": probe.weight_decay,
         "heldout_top1": probe.selection,
         "predictions": ranked[:, 0],
