@@ -159,6 +159,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from jepa_cli.cli.common import stderr_console, stderr_log
+    from jepa_cli.evaluation.features import accuracy_text
 
     console = stderr_console(quiet or not main)
     plain = not console.is_terminal  # SLURM, nohup, 2>file: one plain line every log_every updates, no bar
@@ -187,7 +188,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
         progress.update(task["id"], completed=m["step"], loss=f"{loss:.4f}" if loss is not None else "nan", rate=rate)
         if m.get("knn_top1") is not None:  # a training-time probe ran at this step
             progress.update(task["id"], knn=f"k-NN {m['knn_top1']:.3f}")
-            log(f"step {m['step']}: k-NN top-1 {m['knn_top1']:.4f}, top-5 {m['knn_top5']:.4f} "
+            log(f"step {m['step']}: k-NN {accuracy_text(m['knn_top1'], m['knn_top5'])} "
                 f"({m['probe_seconds']:.1f} s)")
         if plain and (m["step"] % config.log_every == 0 or m["step"] == task["steps"]):
             done, seconds = m["step"] - task["line_step"], now - task["line_t"]
