@@ -209,6 +209,26 @@ def test_raw_sets_of_different_sample_shapes_are_refused(tmp_path, run_cli):
     assert_user_error(run_cli("probe", "linear", a, b, "--raw"), "sample shapes differ", "[4, 8, 1]", "[8, 4, 1]")
 
 
+def test_raw_probe_of_real_images_against_generated_ones_ignores_the_sampler_provenance(tmp_path, run_cli):
+    rng = np.random.default_rng(6)
+    labels = np.arange(30) % 3
+    images = rng.integers(0, 255, size=(30, 4, 4, 1)).astype(np.uint8)
+    real = write_dataset(tmp_path / "real.zarr", images, labels, modality="image")
+    samples = write_dataset(tmp_path / "samples.zarr", images, labels, modality="image",
+                            provenance={"run": "runs/flow", "step": 100, "objective": "flow"})
+    result = run_cli("probe", "knn", real, samples, "--raw", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["encoding_mismatch"] is None and out["n_test"] == 30
+
+
+def test_raw_sets_of_different_modalities_are_refused(tmp_path, run_cli):
+    labels = np.arange(30) % 3
+    a = write_dataset(tmp_path / "a.zarr", np.zeros((30, 16), np.uint8), labels, modality="image")
+    b = write_dataset(tmp_path / "b.zarr", np.zeros((30, 16), np.float32), labels, modality="latent")
+    assert_user_error(run_cli("probe", "linear", a, b, "--raw"), "modalities differ", "'image'", "'latent'")
+
+
 def test_a_redirected_stderr_gets_plain_progress_lines_for_each_probe(tmp_path, run_cli, monkeypatch):
     from jepa_cli.cli.common import ProgressHandle
 

@@ -12,7 +12,8 @@ from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_ste
 @click.argument("probe", type=click.Choice(["linear", "knn", "attentive"]))
 @click.argument("train", type=click.Path(path_type=str), shell_complete=complete_datasets)
 @click.argument("test", type=click.Path(path_type=str), shell_complete=complete_datasets)
-@click.option("--raw", is_flag=True, help="Probe raw inputs (flattened, pixels scaled to [0, 1]) instead of latents.")
+@click.option("--raw", is_flag=True, help="Probe raw inputs (flattened, pixels scaled to [0, 1]) instead of latents; TRAIN and TEST "
+                   "must agree in modality and sample shape, not in what wrote them (e.g. real vs sampled).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=20, show_default=True, help="knn: neighbours.")
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.07, show_default=True,
               help="knn: temperature of the weighted vote.")

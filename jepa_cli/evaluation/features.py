@@ -95,11 +95,13 @@ def encoder_of(attrs: dict[str, Any], raw: bool = False) -> dict[str, Any] | Non
     return {key: provenance.get(key) for key in ("run", "step", "weights", "layers", "pool", "source")}
 
 
-def encoding_mismatch(train_attrs: dict[str, Any], test_attrs: dict[str, Any]) -> str | None:
+def encoding_mismatch(train_attrs: dict[str, Any], test_attrs: dict[str, Any], raw: bool = False) -> str | None:
     """How two sets' encodings differ (their `provenance` attributes apart from the source, and
-    their class names), as one line; None when they match, so that a probe compares like with like."""
-    a = {k: v for k, v in (train_attrs.get("provenance") or {}).items() if k != "source"}
-    b = {k: v for k, v in (test_attrs.get("provenance") or {}).items() if k != "source"}
+    their class names), as one line; None when they match, so that a probe compares like with like.
+    With `raw` only the class names count: the probe reads the stored values themselves, so what
+    wrote them (an encoder, a sampler, nothing) does not change what is compared."""
+    a, b = ({k: v for k, v in (attrs.get("provenance") or {}).items() if k != "source" and not raw}
+            for attrs in (train_attrs, test_attrs))
     if bool(a) != bool(b):
         return "only one of them has a provenance (was one not written by encode-latents?)"
     differences = [f"{key} {_short(a.get(key), b.get(key))}" for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)]
@@ -135,10 +137,13 @@ def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bo
                          f"{b.get('sample_rate')} Hz (ingest both with the same --sample-rate)")
     tr = load_features(train, raw, tokens)
     te = load_features(test, raw, tokens)
+    if raw and tr.attrs.get("modality") != te.attrs.get("modality"):
+        raise InputError(f"modalities differ: {tr.path} holds {tr.attrs.get('modality')!r}, {te.path} "
+                         f"{te.attrs.get('modality')!r} (--raw compares inputs of one kind)")
     if (raw or tr.attrs.get("modality") != "latent") and tr.sample_shape != te.sample_shape:
         raise InputError(f"sample shapes differ: {tr.path} has {list(tr.sample_shape)}, "
                          f"{te.path} has {list(te.sample_shape)} (ingest both with the same --size and --channels)")
-    mismatch = encoding_mismatch(tr.attrs, te.attrs)
+    mismatch = encoding_mismatch(tr.attrs, te.attrs, raw)
     if mismatch and not allow_mismatch:
         raise InputError(f"{tr.path} and {te.path} were not encoded alike ({mismatch}); encode both with the "
                          "same run, step, --weights, --pool and --layers, or pass --allow-mismatch")
