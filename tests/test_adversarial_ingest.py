@@ -388,3 +388,15 @@ def test_a_later_video_too_big_for_memory_is_refused_naming_it_before_its_frames
     assert_user_error(result, f"{root / 'walk' / 'zoom'}: needs about 175.8 MiB of memory but 100.0 MiB is available; "
                       "one clip is 64x600x800x1 bytes at its own size")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clips"]
+
+
+def test_an_idx_whose_header_announces_more_than_memory_holds_is_refused_before_reading(run_cli, tmp_path, monkeypatch):
+    import gzip
+    import struct
+
+    with gzip.open(tmp_path / "bomb-idx3-ubyte.gz", "wb") as handle:  # a few bytes that claim 2 GB of pixels
+        handle.write(struct.pack(">HBBIII", 0, 8, 3, 200000, 100, 100) + b"\0" * 1000)
+    monkeypatch.setattr(store, "available_memory", lambda: 100 << 20)
+    assert_user_error(run_cli("ingest", tmp_path / "bomb-idx3-ubyte.gz", tmp_path / "o.zarr"),
+                      f"{tmp_path / 'bomb-idx3-ubyte.gz'}: needs about 3.7 GiB of memory but 100.0 MiB is available; "
+                      "its header says [200000, 100, 100]")

@@ -8,7 +8,9 @@ held in memory.
 from __future__ import annotations
 
 import gzip
+import math
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -258,25 +260,36 @@ def to_uint8(sample: np.ndarray, name: str) -> np.ndarray:
 
 
 def read_idx(path: Path) -> np.ndarray:
-    """Reads an IDX file (MNIST's format), gzipped or not: magic 0x0000TTDD, then DD big-endian sizes."""
+    """Reads an IDX file (MNIST's format), gzipped or not: magic 0x0000TTDD, then DD big-endian sizes.
+
+    The data is read only after the memory its header announces has been checked (a small .gz may
+    unpack to gigabytes), and never past those bytes."""
+    from jepa_cli.data import store
+
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:
-            data = handle.read()
-    except (OSError, EOFError) as exc:
+            magic = handle.read(4)
+            if len(magic) < 4:
+                raise InputError(f"{path}: not an IDX file (too short)")
+            zero, type_code, ndim = struct.unpack(">HBB", magic)
+            if zero != 0 or type_code not in IDX_DTYPES or not 1 <= ndim <= 4:
+                raise InputError(f"{path}: not an IDX file (wrong magic number 0x{magic.hex()})")
+            sizes = handle.read(4 * ndim)
+            if len(sizes) < 4 * ndim:
+                raise InputError(f"{path}: not an IDX file (too short)")
+            shape = struct.unpack(f">{ndim}I", sizes)
+            dtype = np.dtype(IDX_DTYPES[type_code])
+            expected = math.prod(shape) * dtype.itemsize
+            store.check_memory(path, 2 * expected, f"its header says {list(shape)} ({expected} bytes), which "
+                               "ingest holds in memory at once; convert it to .npy, which is read a sample at a time")
+            data = handle.read(expected + 1)
+    except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: cannot read ({exc})") from None
-    if len(data) < 4:
-        raise InputError(f"{path}: not an IDX file (too short)")
-    zero, type_code, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or type_code not in IDX_DTYPES or not 1 <= ndim <= 4:
-        raise InputError(f"{path}: not an IDX file (wrong magic number 0x{data[:4].hex()})")
-    header = 4 + 4 * ndim
-    shape = struct.unpack(f">{ndim}I", data[4:header])
-    dtype = np.dtype(IDX_DTYPES[type_code])
-    expected = int(np.prod(shape)) * dtype.itemsize
-    if len(data) - header != expected:
-        raise InputError(f"{path}: IDX header says {list(shape)} ({expected} bytes) but {len(data) - header} bytes follow")
-    return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+    if len(data) != expected:
+        follow = f"more than {expected}" if len(data) > expected else str(len(data))
+        raise InputError(f"{path}: IDX header says {list(shape)} ({expected} bytes) but {follow} bytes follow")
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 def load_labels(path_str: str) -> np.ndarray:
