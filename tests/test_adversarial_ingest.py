@@ -400,3 +400,11 @@ def test_an_idx_whose_header_announces_more_than_memory_holds_is_refused_before_
     assert_user_error(run_cli("ingest", tmp_path / "bomb-idx3-ubyte.gz", tmp_path / "o.zarr"),
                       f"{tmp_path / 'bomb-idx3-ubyte.gz'}: needs about 3.7 GiB of memory but 100.0 MiB is available; "
                       "its header says [200000, 100, 100]")
+
+
+def test_an_npz_array_larger_than_memory_is_refused_before_it_is_decompressed(run_cli, tmp_path, monkeypatch):
+    np.savez_compressed(tmp_path / "x.npz", images=np.zeros((1000, 64, 64), np.uint8))  # 3.9 MiB, a few KiB packed
+    monkeypatch.setattr(store, "available_memory", lambda: 1 << 20)
+    assert_user_error(run_cli("ingest", tmp_path / "x.npz", tmp_path / "o.zarr"),
+                      f"{tmp_path / 'x.npz'}[images]: needs about 3.9 MiB of memory but 1.0 MiB is available; "
+                      "a .npz array is decompressed whole")

@@ -205,12 +205,33 @@ def _npz(path: Path, clip: Any = None) -> Source:
 
 
 def _npz_member(archive, path: Path, key: str) -> np.ndarray:
-    """One array of a .npz; InputError naming the file and key if it is truncated, corrupt or holds objects."""
+    """One array of a .npz; InputError naming the file and key if it is truncated, corrupt or holds objects,
+    or if the memory its header announces is more than is available (it is decompressed whole)."""
+    from jepa_cli.data import store
+
+    announced = _npz_member_bytes(archive, key)
+    if announced is not None:
+        store.check_memory(f"{path}[{key}]", announced, "a .npz array is decompressed whole; save it as .npy, "
+                           "which is read a sample at a time")
     try:
         return archive[key]
     except Exception as exc:  # noqa: BLE001 - zipfile, zlib and numpy errors alike
         raise InputError(f"{path}[{key}]: cannot read this array of the .npz ({_one_line(exc)}); re-save it "
                          "with numpy.savez (numeric dtypes)") from None
+
+
+def _npz_member_bytes(archive, key: str) -> int | None:
+    """Bytes of the array `key` of an open .npz as its .npy header states them (shape x item size), read
+    without decompressing the data; None when the header cannot be read (loading it then says why)."""
+    try:
+        with archive.zip.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _fortran, dtype = read_header(member)
+        return math.prod(shape) * dtype.itemsize
+    except Exception:  # noqa: BLE001 - zipfile, zlib and numpy errors alike
+        return None
 
 
 def _one_line(exc: BaseException) -> str:
