@@ -198,7 +198,7 @@ def test_skip_bad_with_every_clip_unreadable_is_refused_and_writes_nothing(run_c
     (folder / "a.flac").write_bytes(b"fLaC" + b"\0" * 40)
     (folder / "b.wav").write_bytes(b"not audio at all")
     result = run_cli("ingest", tmp_path / "broken", tmp_path / "s.zarr", "--sample-rate", "16000", "--skip-bad")
-    assert_user_error(result, "every clip was unreadable")
+    assert_user_error(result, "every clip was unreadable, the first because", f"{folder / 'a.flac'}: cannot decode audio")
     assert nothing_written(tmp_path, "s.zarr")
 
 

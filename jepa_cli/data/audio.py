@@ -387,6 +387,7 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
         return fit_length(wave, samples, offset), duration
 
     skipped: list[str] = []
+    first_reason = None  # why the first skipped clip was skipped, for the error when every clip is
     kept_labels: list[int] = []
     durations: list[float] = []
     with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
@@ -416,6 +417,7 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
                             other.cancel()
                         raise InputError(str(exc)) from None
                     skipped.append(source.item_name(index))
+                    first_reason = first_reason or str(exc)
                     if progress:
                         progress(1)
                     continue
@@ -428,7 +430,7 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
         rows.finish()
         written = rows.written
         if written == 0:
-            raise InputError(f"{source.description}: every clip was unreadable")
+            raise InputError(f"{source.description}: every clip was unreadable, the first because {first_reason}")
         if source.labels is not None:
             store.write_array(tmp / "labels", np.asarray(kept_labels, np.int32))
         store.write_array(tmp / "durations", np.asarray(durations, np.float32))
