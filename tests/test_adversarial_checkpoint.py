@@ -133,8 +133,8 @@ def test_crafted_files_read_back_as_written(tmp_path):
 # -- 1: storage offsets, sizes and strides ----------------------------------------------------------
 
 @pytest.mark.parametrize("offset, size, stride, why", [
-    (-1, (4,), (1,), "storage offset"),  # read 3,642 values from before the storage
-    (0, (2, 3, 4), (4096, -100000, 1), "stride"),  # segfaulted
+    (-1, (4,), (1,), "storage offset"),  # a view from before the storage: memory of the process
+    (0, (2, 3, 4), (4096, -100000, 1), "stride"),  # a view far outside the storage: a crash
     (0, (-3,), (1,), "size"),
     (0, (10**6,), (1,), "past the end"),
     (0, (2, 2), (2**62, 2**62), "past the end"),  # offset + extent beyond 64 bits
