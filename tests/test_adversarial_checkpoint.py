@@ -538,3 +538,13 @@ def test_a_full_disk_for_the_digest_leaves_the_committed_step_whole_and_no_tempo
     step_dir = tmp_path / "run" / "checkpoints" / "1"
     assert not (step_dir / DIGEST_FILE).exists() and not list(step_dir.glob(f".{DIGEST_FILE}*"))
     np.testing.assert_array_equal(restored["params"]["w"], state["params"]["w"])
+
+
+def test_a_stray_newer_step_directory_does_not_pass_for_a_rotation(run):
+    from jepa_cli.training.run import load_run
+
+    flip_a_byte(run, 6)
+    (run / "checkpoints" / "0099").mkdir()  # a step name orbax does not list
+    messages = []
+    _config, _objective, _host, step = load_run(run, on_fallback=lambda s, m: messages.append(s))
+    assert (step, messages) == (4, [6])

@@ -238,7 +238,8 @@ class Checkpoints:
 
     def _newest_on_disk(self) -> int | None:
         """The newest committed step in the directory now (orbax's listing is read once, at start)."""
-        steps = [int(p.name) for p in self.directory.iterdir() if p.name.isdigit()] if self.directory.is_dir() else []
+        steps = ([int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and p.is_dir()]
+                 if self.directory.is_dir() else [])
         return max(steps, default=None)
 
     def _removed(self, step: int) -> bool:
@@ -301,10 +302,13 @@ class Checkpoints:
         """(step, state, data, config) of the newest checkpoint that reads back. Each newer, unreadable
         one is reported as on_fallback(step, message); another model's checkpoint is an InputError at
         once (every checkpoint of a run holds the same model, so an older one would not help)."""
+        previous: list[int] | None = None
         for _ in range(RETRIES + 1):
             steps = self.steps()
             if not steps:
                 raise InputError(f"{self.directory.parent}: holds no checkpoint yet")
+            # a newer directory that listing again did not bring in is no step a trainer saved
+            listing_changed, previous = steps != previous, steps
             skipped: list[UnreadableCheckpoint] = []
             for step in reversed(steps):
                 try:
@@ -312,7 +316,7 @@ class Checkpoints:
                 except CheckpointRemoved:
                     break  # rotated out while read: list again, the trainer saved a newer one
                 except UnreadableCheckpoint as exc:
-                    if (self._newest_on_disk() or -1) > steps[-1]:
+                    if listing_changed and (self._newest_on_disk() or -1) > steps[-1]:
                         break  # the trainer saved a newer step meanwhile (and may be removing this one): list again
                     skipped.append(exc)
                     continue
