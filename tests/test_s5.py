@@ -1,0 +1,191 @@
+"""S5 blocks, mixer patterns and scan orders (tiny widths, a few tokens)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.test_util import check_grads
+
+from jepa_cli.errors import InputError
+from jepa_cli.models import ModelConfig, VisionTransformer, to_pure
+from jepa_cli.models.mixer_pattern import parse_mixer
+from jepa_cli.models.s5 import S5, hippo_n, linear_scan
+from jepa_cli.models.scan_order import scan_permutation, scan_rank
+
+_scan = jax.jit(linear_scan, static_argnames="reverse")  # one compiled program, not op-by-op dispatch
+TINY = dict(model="tiny", width=16, depth=2, heads=2, patch_size=4, image_size=16, pred_depth=2,
+            pred_width=16, ssm_state=4)
+
+
+def _recurrence(lam, bu, reverse=False):
+    """x_k = lam * x_{k-1} + bu_k from 0, a Python loop in complex128; bu [L, N]."""
+    steps = range(len(bu) - 1, -1, -1) if reverse else range(len(bu))
+    x, out = np.zeros(bu.shape[1], complex), np.zeros_like(bu)
+    for k in steps:
+        x = lam * x + bu[k]
+        out[k] = x
+    return out
+
+
+def _complex(rng, *shape):
+    return rng.normal(size=shape) + 1j * rng.normal(size=shape)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "backward"])
+def test_parallel_scan_equals_the_python_recurrence_in_float64(reverse):
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        for length in (1, 6, 33):
+            lam = 0.95 * np.exp(1j * rng.uniform(-3, 3, 3))
+            bu = _complex(rng, 2, length, 3)
+            got = np.asarray(_scan(jnp.asarray(lam), jnp.asarray(bu), reverse=reverse))
+            for b in range(2):
+                np.testing.assert_allclose(got[b], _recurrence(lam, bu[b], reverse), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "backward"])
+def test_masked_scan_is_the_scan_of_the_valid_subsequence(reverse):
+    # padding slots anywhere (here random) neither add to nor decay the state
+    rng = np.random.default_rng(1)
+    with jax.enable_x64(True):
+        for length in (9, 29):
+            lam = 0.9 * np.exp(1j * rng.uniform(-3, 3, 2))
+            bu = _complex(rng, 1, length, 2)
+            valid = rng.random(length) < 0.6
+            valid[0] = True
+            got = np.asarray(_scan(jnp.asarray(lam), jnp.asarray(bu), jnp.asarray(valid[None]),
+                                         reverse=reverse))[0]
+            np.testing.assert_allclose(got[valid], _recurrence(lam, bu[0, valid], reverse), atol=1e-6, rtol=0)
+
+
+def test_hippo_n_eigenvalues_are_conjugate_pairs_with_real_part_minus_half():
+    lam, v = hippo_n(8)
+    np.testing.assert_allclose(lam.real, -0.5, atol=1e-12)
+    np.testing.assert_allclose(np.sort(lam.imag[:4]), np.sort(-lam.imag[4:]), atol=1e-9)
+    assert (lam.imag[:4] < 0).all()
+    np.testing.assert_allclose(v.conj().T @ v, np.eye(8), atol=1e-9)  # a unitary eigenbasis
+
+
+def test_s5_layer_gradients_match_finite_differences_in_float64():
+    layer = S5(3, 4, nnx.Rngs(0))
+    graphdef, state = nnx.split(layer)
+    with jax.enable_x64(True):
+        state64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), state)
+        u = jax.random.normal(jax.random.key(1), (1, 5, 3), jnp.float64)
+        valid = jnp.array([[True, True, False, True, True]])
+
+        def f(u, state):
+            return nnx.merge(graphdef, state)(u, valid)
+
+        assert f(u, state64).dtype == jnp.float64
+        check_grads(jax.jit(f), (u, state64), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
+
+
+def test_pattern_repeats_cyclically_to_the_depth():
+    assert parse_mixer("attn", 3) == ("attn", "attn", "attn")
+    assert parse_mixer("s5,s5,s5,attn", 6) == ("s5", "s5", "s5", "attn", "s5", "s5")
+    assert parse_mixer(" s5 , attn ", 2) == ("s5", "attn")
+    cfg = ModelConfig(**{**TINY, "depth": 4, "pred_depth": 2}, mixer="s5,attn")
+    assert cfg.encoder_mixers == ("s5", "attn", "s5", "attn")
+    assert cfg.predictor_mixers == ("s5", "attn")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mixer": "mamba"}, "unknown mixer 'mamba'"),
+    ({"mixer": ""}, "has an empty entry"),
+    ({"mixer": "s5,,attn"}, "has an empty entry"),
+    ({"mixer": "s5,attn,s5"}, "names 3 blocks but the encoder has 2"),
+    ({"mixer": "s5,attn", "depth": 4, "pred_depth": 1}, "names 2 blocks but the predictor has 1"),
+    ({"ssm_state": 0}, "ssm_state must be an even number >= 2"),
+    ({"ssm_state": 5}, "ssm_state must be an even number >= 2"),
+    ({"scan_order": "zigzag"}, "unknown scan_order 'zigzag'"),
+])
+def test_bad_mixer_options_are_one_line_input_errors(options, message):
+    with pytest.raises(InputError, match=message) as err:
+        ModelConfig(**{**TINY, **options})
+    assert "\n" not in str(err.value)
+
+
+def test_scan_orders_visit_every_cell_once_and_hilbert_steps_to_neighbours():
+    assert scan_permutation((2, 3), "raster").tolist() == [0, 1, 2, 3, 4, 5]
+    assert scan_permutation((2, 3), "serpentine").tolist() == [0, 1, 2, 5, 4, 3]
+    # (frames, rows, columns): frame after frame, each in the 2D order
+    assert scan_permutation((2, 2, 2), "serpentine").tolist() == [0, 1, 3, 2, 4, 5, 7, 6]
+    hilbert = scan_permutation((8, 8), "hilbert")
+    assert sorted(hilbert.tolist()) == list(range(64))
+    rows, cols = np.divmod(hilbert, 8)
+    assert (np.abs(np.diff(rows)) + np.abs(np.diff(cols)) == 1).all()
+    assert sorted(scan_permutation((3, 5), "hilbert").tolist()) == list(range(15))
+    assert (scan_permutation((3, 5), "hilbert")[scan_rank((3, 5), "hilbert")] == np.arange(15)).all()
+
+
+def test_default_attn_model_is_the_plain_vit_param_for_param_and_bit_for_bit():
+    cfg = ModelConfig(**TINY)
+    assert cfg.mixer == "attn"
+    ours = cfg.encoder(nnx.Rngs(0))
+    plain = VisionTransformer(image_size=(16, 16), patch_size=4, channels=3, width=16, depth=2, heads=2,
+                              rngs=nnx.Rngs(0))
+    a, b = to_pure(ours), to_pure(plain)
+    assert set(a["blocks"]["0"]) == {"norm1", "attn", "norm2", "mlp"}
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    assert all((x == y).all() for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    images = jax.random.normal(jax.random.key(1), (1, 16, 16, 3))
+    assert (ours(images) == plain(images)).all()
+    explicit = ModelConfig(**TINY, mixer="attn,attn").encoder(nnx.Rngs(0))
+    assert (explicit(images) == plain(images)).all()
+
+
+@pytest.fixture(scope="module")
+def s5_encoder():
+    return ModelConfig(**{**TINY, "depth": 1}, mixer="s5", scan_order="serpentine").encoder(nnx.Rngs(0))
+
+
+def test_s5_context_equals_the_s5_encoder_on_the_shorter_sequence(s5_encoder):
+    # a context of 4 valid tokens + 2 padded slots gives the outputs of those 4 tokens alone
+    images = jax.random.normal(jax.random.key(1), (1, 16, 16, 3))
+    index = jnp.array([[1, 4, 6, 11, 0, 0]])
+    valid = jnp.array([[True, True, True, True, False, False]])
+    padded = s5_encoder(images, index, valid)[:, :4]
+    alone = s5_encoder(images, index[:, :4])
+    np.testing.assert_allclose(padded, alone, atol=1e-6, rtol=0)
+    # the scan order decides the recurrence, not the slot order: shuffled slots, same outputs
+    shuffled = s5_encoder(images, index[:, [2, 0, 3, 1]])
+    np.testing.assert_allclose(shuffled, alone[:, [2, 0, 3, 1]], atol=1e-6, rtol=0)
+
+
+def test_hybrid_stack_under_scan_layers_and_remat_equals_the_plain_loop():
+    images = jax.random.normal(jax.random.key(1), (1, 16, 16, 3))
+    cfg = dict(**{**TINY, "depth": 3, "pred_depth": 3}, mixer="s5,s5,attn")
+    plain = ModelConfig(**cfg).encoder(nnx.Rngs(0))
+    scanned = ModelConfig(**cfg, scan_layers=True, remat="block").encoder(nnx.Rngs(0))
+    np.testing.assert_allclose(scanned(images), plain(images), atol=1e-5, rtol=0)
+
+
+def test_ijepa_loss_and_gradients_are_finite_with_an_s5_attn_pattern():
+    from jepa_cli.objectives import IJEPAConfig, IJEPAObjective
+
+    obj = IJEPAObjective(IJEPAConfig(model="tiny", width=16, depth=2, heads=2, patch_size=4, image_size=32,
+                                     pred_depth=2, pred_width=16, total_updates=10, mixer="s5,attn", ssm_state=4))
+    params = obj.init(jax.random.key(0))
+    assert set(params["encoder"]["blocks"]["0"]) == {"norm1", "ssm", "norm2", "mlp"}
+    assert set(params["predictor"]["blocks"]["1"]) == {"norm1", "attn", "norm2", "mlp"}
+    images = jax.random.normal(jax.random.key(1), (2, 32, 32, 3))
+    loss = lambda p: obj.loss(p, p["encoder"], {"image": images}, jax.random.key(2), jnp.int32(0))[0]  # noqa: E731
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
+    assert np.isfinite(float(value)) and float(value) > 0
+    assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+    assert float(jnp.abs(grads["encoder"]["blocks"]["0"]["ssm"]["ssm"]["log_step"]).max()) > 0
+
+
+def test_a_checkpoint_of_another_mixer_pattern_is_refused_on_restore(tmp_path):
+    from jepa_cli.training.checkpoint import Checkpoints
+
+    hybrid = to_pure(ModelConfig(**TINY, mixer="s5,attn").encoder(nnx.Rngs(0)))
+    attention = to_pure(ModelConfig(**TINY).encoder(nnx.Rngs(0)))
+    ckpts = Checkpoints(tmp_path, async_save=False)
+    ckpts.save(1, {"params": hybrid}, None, {})
+    ckpts.wait()
+    with pytest.raises(InputError, match="holds another model"):
+        ckpts.restore(1, {"params": attention})
+    ckpts.close()
