@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/all.py [--reference DIR] [--reference-python PY] [--quick] [--json]
 
 Runs each benchmark script in its own process with --json (train_step, masks, pipeline, compile,
-encode) and collects its headline figures. With --reference (a checkout of facebookresearch/ijepa
+encode, mixer) and collects its headline figures. With --reference (a checkout of facebookresearch/ijepa
 and a Python with torch) the step's baseline is the official code itself; otherwise that row
 compares with the last recorded official figure (marked *). --quick shortens every measurement
 (for a smoke test, not for figures).
@@ -71,6 +71,14 @@ def collect(args) -> list[dict]:
         rows.append({"figure": f"encode-latents {r['model']} img/s (224 px)", "ours": r["encode_images_per_s"],
                      "baseline": enc["matmul_gflops"], "baseline_name": "matmul GFLOP/s",
                      "ratio": r["utilisation_e2e"], "target": "-", "met": None})  # ratio: utilisation
+    mixer = _run("mixer.py", "--lengths", "64,256" if args.quick else "64,256,1024,4096",
+                 "--repeats", "1" if args.quick else "3")
+    longest = max(r["tokens"] for r in mixer["rows"])
+    at = {r["mixer"]: r for r in mixer["rows"] if r["tokens"] == longest}
+    for name in ("s5", "hybrid 3:1"):
+        rows.append({"figure": f"{name} blocks fwd+bwd ms, {longest} tokens", "ours": at[name]["ms"],
+                     "baseline": at["attn"]["ms"], "baseline_name": "attention ms",
+                     "ratio": at[name]["time_vs_attn"], "target": "-", "met": None})
     return rows
 
 
