@@ -85,6 +85,19 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
     return Features(path, x, labels, list(attrs.get("class_names") or []), attrs, sample_shape)
 
 
+def check_modality_pair(dataset: str | Path, modality: str, objective: Any, run: str | Path | None = None) -> None:
+    """InputError naming both sides when `objective`'s encoder (of `run`, when given) does not take
+    samples of `modality` (image, video, audio, latent), the modality of `dataset`. Every command
+    that hands a run's encoder a dataset (encode-latents, probe --run, fd --run, train --probe-data)
+    checks the pair here first: the encoder's transform would otherwise fail on the sample's key."""
+    modalities = tuple(getattr(objective, "modalities", ("image",)))
+    if modality not in modalities:
+        name = getattr(objective, "name", "?")
+        encoder = f"{run} (objective {name!r})" if run is not None else f"objective {name!r}"
+        raise InputError(f"{dataset} holds {modality} samples, but {encoder} encodes "
+                         f"{' or '.join(modalities)} samples: give it a dataset of that modality")
+
+
 def encoder_of(attrs: dict[str, Any], raw: bool = False) -> dict[str, Any] | None:
     """What produced a set of features, from its `provenance` (docs/formats.md, embedding sets): the run,
     checkpoint step, weights (target or context), layers, pool and source dataset. None for raw
