@@ -338,6 +338,9 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     if load_run is None:
         from jepa_cli.training.run import load_run
     config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
+    from jepa_cli.evaluation.features import check_modality_pair
+
+    check_modality_pair(source, source_attrs.get("modality", "image"), objective, run_dir)
     encoder_params = select_encoder(objective, host, weights, run_dir)
     _check_finite(encoder_params, f"{run_dir}: the {weights} encoder at step {step}")
     last_layers = LAYERS[layers]
