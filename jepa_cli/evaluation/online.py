@@ -43,6 +43,7 @@ class OnlineProbe:
         import jax
 
         from jepa_cli.evaluation.encode import _check_channels, _prepare, pooled_features, source_attributes
+        from jepa_cli.evaluation.features import check_modality_pair
 
         if not callable(getattr(objective, "encode", None)):
             raise InputError(f"objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
@@ -53,6 +54,8 @@ class OnlineProbe:
             if not path.exists():
                 raise InputError(f"{what}: {path}: no such dataset")
             attrs = source_attributes(path)
+            check_modality_pair(path, attrs.get("modality", "image"), objective,
+                                None if what == "--probe-data" else what)
             if not (path / "labels").exists():
                 raise InputError(f"{what}: {path}: has no labels; a probe needs a labelled dataset")
             _check_channels(path, attrs, channels, Path("the run"))
