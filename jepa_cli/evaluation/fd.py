@@ -110,8 +110,7 @@ def _load_encoder(run: str | os.PathLike, batch_size: int, log: Callable[[str], 
     step, placed = make_step(lambda p, x: objective.encode(p, x), params, "mean")
     return SimpleNamespace(run=run, name=config.get("objective"), objective=objective, config=objective_config,
                            transform=objective.eval_transform(objective_config.get("image_size")), step=step,
-                           placed=placed, batch_size=batch_size,
-                           modalities=tuple(getattr(objective, "modalities", ("image",))))
+                           placed=placed, batch_size=batch_size)
 
 
 def _encoded_dim(ds: SimpleNamespace, encoder: SimpleNamespace) -> int:
@@ -120,10 +119,9 @@ def _encoded_dim(ds: SimpleNamespace, encoder: SimpleNamespace) -> int:
     import jax
 
     from jepa_cli.evaluation.encode import _check_channels, _check_sample_rate, _prepare
+    from jepa_cli.evaluation.features import check_modality_pair
 
-    if ds.modality not in encoder.modalities:
-        raise InputError(f"{ds.path}: {encoder.run} (objective {encoder.name!r}) encodes "
-                         f"{' or '.join(encoder.modalities)} datasets; this one holds {ds.modality}")
+    check_modality_pair(ds.path, ds.modality, encoder.objective, encoder.run)
     _check_channels(ds.path, ds.attrs, encoder.config.get("channels"), encoder.run)
     _check_sample_rate(ds.path, ds.attrs, encoder.config.get("sample_rate"), encoder.run)
     probe = _prepare(store.read(store.open_array(ds.path / "inputs"), slice(0, 1)), encoder.transform,
