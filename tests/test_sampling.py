@@ -3,6 +3,8 @@ compiled trajectory of a tiny DiT (random weights, so guidance changes the sampl
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import make_objective
+from jepa_cli.objectives.diffusion import T_MAX
 from jepa_cli.sampling.sampler import check_interval, ddim_step, euler_step, guide, guidance_plan, make_sampler
 
 TINY = dict(width=32, depth=1, heads=2, patch_size=2, image_size=8, channels=1, num_classes=10)
@@ -32,7 +35,62 @@ def setup():
             compiled[plan] = jax.jit(make_sampler(obj, steps=4, sampler="euler", scale=scale, interval=interval))
         return np.asarray(compiled[plan](params, jax.random.key(7), labels))
 
+    def reference(scale, guided_steps):
+        """The Euler trajectory written out step by step, guided at the steps listed: no plan, no scan."""
+        times = obj.sampling_times(4)
+        k_prior, _ = jax.random.split(jax.random.key(7))
+        x = obj.prior(k_prior, (4, *obj.sample_shape))
+        null = jnp.full_like(labels, obj.null_class)
+        for i in range(4):
+            t = jnp.full((4,), times[i], jnp.float32)
+            c = obj.predict(params, x, t, labels)
+            raw = guide(c, obj.predict(params, x, t, null), scale) if i in guided_steps else c
+            x = x + (times[i + 1] - times[i]) * raw
+        return np.asarray(x)
+
+    run.reference = reference
     return obj, run
+
+
+def guided_steps(plan) -> list[int]:
+    """The steps whose (first) evaluation a guidance plan guides."""
+    return [i for first, end, g1, _g2, _second in plan if g1 for i in range(first, end)]
+
+
+def heun_second_guided(plan) -> list[int]:
+    """The steps whose Heun second evaluation (at the step's end) a guidance plan guides."""
+    return [i for first, end, _g1, g2, _second in plan if g2 for i in range(first, end)]
+
+
+@pytest.mark.parametrize("interval, expected", [((0.3, 0.7), [3, 4, 5, 6]), ((0.2, 0.8), [2, 3, 4, 5, 6, 7])])
+def test_flow_bounds_on_grid_points_exclude_lo_and_include_hi(interval, expected):
+    # 10 flow steps start at t = 1, 0.9, ..., 0.1: (0.3, 0.7] holds 0.7 .. 0.4, (0.2, 0.8] holds 0.8 .. 0.3
+    obj = make_objective("flow", TINY)
+    for sampler in ("euler", "ddim"):
+        assert guided_steps(guidance_plan(obj, 10, sampler, 2.0, interval)) == expected
+
+
+def test_heun_guides_its_second_evaluation_when_the_step_end_is_in_the_interval():
+    obj = make_objective("flow", TINY)
+    plan = guidance_plan(obj, 10, "heun", 2.0, (0.3, 0.7))
+    assert guided_steps(plan) == [3, 4, 5, 6]
+    assert heun_second_guided(plan) == [2, 3, 4, 5]  # ends at t = 0.7, 0.6, 0.5, 0.4; not 0.3
+
+
+def test_edm_bounds_at_sigma_min_and_sigma_max_exclude_lo_and_include_hi():
+    # Karras' 8-step grid starts at sigma 80 .. 0.002 (float32 0.002 is 0.0020000001)
+    obj = make_objective("diffusion", dict(TINY, schedule="edm"))
+    assert guided_steps(guidance_plan(obj, 8, "euler", 2.0, (0.002, 80.0))) == [0, 1, 2, 3, 4, 5, 6]
+    assert guided_steps(guidance_plan(obj, 8, "heun", 2.0, (0.002, 80.0))) == [0, 1, 2, 3, 4, 5, 6]
+    assert guided_steps(guidance_plan(obj, 8, "euler", 2.0, (0.0, 0.002))) == [7]
+
+
+def test_cosine_bounds_on_grid_levels_exclude_lo_and_include_hi():
+    # 4 DDIM steps start at t = T_MAX (1 - i / 4); a bound typed as that step's sigma / alpha = tan(pi t / 2)
+    obj = make_objective("diffusion", TINY)
+    level = [math.tan(0.5 * math.pi * T_MAX * (1 - i / 4)) for i in range(4)]
+    assert guided_steps(guidance_plan(obj, 4, "ddim", 2.0, (level[3], level[1]))) == [1, 2]
+    assert guided_steps(guidance_plan(obj, 4, "ddim", 2.0, (level[2], level[0]))) == [0, 1]
 
 
 def test_guidance_plan_guides_exactly_the_steps_in_the_interval(setup):
@@ -51,17 +109,24 @@ def test_guidance_scale_1_is_exactly_the_conditional_prediction():
     np.testing.assert_allclose(guide(c, u, 3.0), u + 3.0 * (c - u), rtol=1e-6)  # Ho & Salimans 2022
 
 
-def test_interval_covering_every_level_equals_plain_cfg(setup):
+def test_interval_covering_every_level_is_guided_at_every_step(setup):
     _, run = setup
-    np.testing.assert_array_equal(run(3.0, 0.0, 1.0), run(3.0))  # flow t lies in (0, 1] at every step
+    # flow t lies in (0, 1] at every step; the reference guides every step without a plan or a scan
+    np.testing.assert_allclose(run(3.0, 0.0, 1.0), run.reference(3.0, {0, 1, 2, 3}), atol=1e-5)
 
 
-def test_empty_interval_equals_the_conditional_sampler(setup):
+def test_empty_interval_and_scale_1_are_the_conditional_sampler(setup):
     _, run = setup
-    conditional = run(1.0)
-    np.testing.assert_array_equal(run(3.0, 0.5, 0.5), conditional)
-    np.testing.assert_array_equal(run(1.0, 0.0, 1.0), conditional)
-    assert np.abs(run(3.0) - conditional).max() > 1e-3  # guidance does change the samples
+    conditional = run.reference(3.0, set())
+    np.testing.assert_allclose(run(3.0, 0.5, 0.5), conditional, atol=1e-5)
+    np.testing.assert_allclose(run(1.0, 0.0, 1.0), conditional, atol=1e-5)
+    assert np.abs(run.reference(3.0, {0, 1, 2, 3}) - conditional).max() > 1e-3  # guidance changes the samples
+
+
+def test_partial_interval_guides_only_its_steps(setup):
+    _, run = setup
+    # flow times 1, 0.75, 0.5, 0.25: (0.4, 0.8] guides steps 1 and 2
+    np.testing.assert_allclose(run(3.0, 0.4, 0.8), run.reference(3.0, {1, 2}), atol=1e-5)
 
 
 def test_partial_interval_differs_from_both(setup):

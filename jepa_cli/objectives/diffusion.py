@@ -41,12 +41,13 @@ def edm_preconditioning(sigma, sigma_data: float):
     return sigma_data**2 / s2, sigma * sigma_data / jnp.sqrt(s2), 1.0 / jnp.sqrt(s2), jnp.log(sigma) / 4.0
 
 
-def karras_sigmas(steps: int, sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX, rho=RHO) -> np.ndarray:
-    """EDM eq. 5: sigma_i = (smax^(1/rho) + i/(K-1) (smin^(1/rho) - smax^(1/rho)))^rho, then 0."""
+def karras_sigmas(steps: int, sigma_min=SIGMA_MIN, sigma_max=SIGMA_MAX, rho=RHO, dtype=np.float32) -> np.ndarray:
+    """EDM eq. 5: sigma_i = (smax^(1/rho) + i/(K-1) (smin^(1/rho) - smax^(1/rho)))^rho, then 0: [K + 1],
+    computed in float64 and returned as `dtype`."""
     i = np.arange(steps, dtype=np.float64)
     ramp = i / max(steps - 1, 1)
     s = (sigma_max ** (1 / rho) + ramp * (sigma_min ** (1 / rho) - sigma_max ** (1 / rho))) ** rho
-    return np.append(s, 0.0).astype(np.float32)
+    return np.append(s, 0.0).astype(dtype)
 
 
 def min_snr_weight(snr, gamma: float | None, space: str, c_out=None):
@@ -106,10 +107,15 @@ class DiffusionObjective(GenerativeObjective):
         return value, {"loss": value, "sigma_mean": jnp.mean(level)}
 
     # -- sampling ------------------------------------------------------------------------------
-    def sampling_times(self, steps: int) -> np.ndarray:
+    def sampling_grid(self, steps: int) -> np.ndarray:
+        """float64 [K + 1]: EDM's sigmas, or the cosine schedule's t evenly from T_MAX down to 0."""
         if self.config.schedule == "edm":
-            return karras_sigmas(steps)
-        return np.linspace(T_MAX, 0.0, steps + 1).astype(np.float32)
+            return karras_sigmas(steps, dtype=np.float64)
+        return np.linspace(T_MAX, 0.0, steps + 1)
+
+    def sampling_times(self, steps: int) -> np.ndarray:
+        """The grid as the sampler steps it: float32 [K + 1]."""
+        return self.sampling_grid(steps).astype(np.float32)
 
     def prior(self, key, shape):
         scale = SIGMA_MAX if self.config.schedule == "edm" else 1.0
@@ -144,12 +150,13 @@ class DiffusionObjective(GenerativeObjective):
             return raw, (x - alpha * raw) / sigma
         return alpha * x - sigma * raw, sigma * x + alpha * raw  # v
 
-    def guidance_level(self, time):
-        """sigma in EDM's sense (noise over signal): sigma itself for edm, sigma / alpha for cosine."""
+    def guidance_levels(self, steps: int) -> np.ndarray:
+        """float64 [K + 1]: sigma in EDM's sense (noise over signal) at each grid point: sigma itself for
+        edm, sigma / alpha = tan(pi t / 2) for cosine."""
+        grid = self.sampling_grid(steps)
         if self.config.schedule == "edm":
-            return time
-        alpha, sigma = cosine_alpha_sigma(time)
-        return sigma / alpha
+            return grid
+        return np.tan(0.5 * math.pi * grid)
 
 
 def make(config: dict) -> DiffusionObjective:

@@ -46,10 +46,14 @@ class FlowObjective(GenerativeObjective):
         return value, {"loss": value, "t_mean": jnp.mean(t)}
 
     # -- sampling ------------------------------------------------------------------------------
-    def sampling_times(self, steps: int) -> np.ndarray:
-        """t_i = shift(1 - i / K), i = 0..K: from noise (1) to data (0), shifted as in training."""
+    def sampling_grid(self, steps: int) -> np.ndarray:
+        """float64 t_i = shift(1 - i / K), i = 0..K: from noise (1) to data (0), shifted as in training."""
         u = 1.0 - np.arange(steps + 1, dtype=np.float64) / steps
-        return shift_time(u, self.config.flow_shift).astype(np.float32)
+        return shift_time(u, self.config.flow_shift)
+
+    def sampling_times(self, steps: int) -> np.ndarray:
+        """The grid as the sampler steps it: float32 [K + 1]."""
+        return self.sampling_grid(steps).astype(np.float32)
 
     def predict(self, params, x, time, labels):
         return self.network(params, x, time * TIME_SCALE, labels)
@@ -64,8 +68,9 @@ class FlowObjective(GenerativeObjective):
     def derivative(self, raw, x, time):
         return raw  # the velocity itself
 
-    def guidance_level(self, time):
-        return time
+    def guidance_levels(self, steps: int) -> np.ndarray:
+        """float64 [K + 1]: the guidance interval is on t itself."""
+        return self.sampling_grid(steps)
 
     def guidance_range(self):
         return 0.0, 1.0

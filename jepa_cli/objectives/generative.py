@@ -3,12 +3,14 @@ images or latents, the data transforms, label dropout, the whole-tree EMA, and t
 samplers (jepa_cli.sampling) use.
 
 Sampler interface (every objective that has it is "generative"):
-- `sampling_times(steps) -> np.ndarray [steps + 1]`: the time grid, from pure noise down to 0;
+- `sampling_grid(steps) -> np.ndarray float64 [steps + 1]`: the time grid, from pure noise down to 0;
+  `sampling_times(steps)`: the same in float32, as the sampler steps it;
 - `prior(key, shape)`: x at the first time;
 - `predict(params, x, time [B], labels [B]) -> raw`: the network output in the prediction's space;
 - `to_x0_eps(raw, x, time) -> (x0, eps)`, `alpha_sigma(time)` with x = alpha x0 + sigma eps;
 - `derivative(raw, x, time)`: dx/dtime of the probability-flow ODE (Euler/Heun);
-- `guidance_level(time)`: the noise level a guidance interval is on (t for flow, sigma for diffusion).
+- `guidance_levels(steps) -> np.ndarray float64 [steps + 1]`: the noise level a guidance interval is on
+  (t for flow, sigma for diffusion) at each grid point.
 """
 
 from __future__ import annotations

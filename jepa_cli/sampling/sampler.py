@@ -2,10 +2,13 @@
 
 Guidance (Ho & Salimans 2022) combines the conditional prediction c and the unconditional one u
 (the null class) as c + (w - 1) (c - u) = u + w (c - u), only at steps whose noise level
-(objective.guidance_level: t for flow, sigma for diffusion) lies in (lo, hi] (Kynkaanniemi et al.
+(objective.guidance_levels: t for flow, sigma for diffusion) lies in (lo, hi] (Kynkaanniemi et al.
 2024); elsewhere the step uses c alone from a pass over the batch, and the unconditional pass is
 skipped; inside, c and u come from one pass over the doubled batch. Which steps are guided is
-decided before tracing (guidance_plan), so the compiled trajectory has no runtime branch.
+decided before tracing (guided_levels, guidance_plan), so the compiled trajectory has no runtime
+branch. The test is made in float32, the precision the network sees the grid in: a bound the user
+types equal to a grid point (0.3 on a 10-step flow grid) is that grid point, whatever the last
+bits of either (float32 0.3 is 0.30000001, float64 1 - 7/10 is 0.30000000000000004).
 With w = 1 the combination is c + 0 (c - u) = c exactly, so scale 1 is the conditional prediction.
 
 Samplers: euler and heun integrate the probability-flow ODE dx/dtime = objective.derivative(...);
@@ -36,6 +39,17 @@ def guide(c, u, scale):
 def in_interval(level, lo, hi):
     """Whether a noise level lies in the guidance interval (lo, hi]."""
     return (level > lo) & (level <= hi)
+
+
+def guided_levels(objective, steps: int, interval) -> list[bool]:
+    """Per grid point i = 0..steps, whether its noise level lies in the guidance interval (lo, hi]
+    (None: every one). Levels and bounds are both rounded to float32 first, so a bound equal to a
+    grid point is that point: lo excludes it, hi includes it."""
+    lo, hi = check_interval(objective, interval)
+    levels = np.asarray(objective.guidance_levels(steps), np.float64).astype(np.float32)
+    with np.errstate(over="ignore"):  # a sigma bound beyond float32's range is +inf there, as intended
+        lo32, hi32 = np.float32(lo), np.float32(hi)
+    return [bool(in_interval(v, lo32, hi32)) for v in levels]
 
 
 def euler_step(objective, raw, x, t, t_next):
@@ -76,11 +90,8 @@ def guidance_plan(objective, steps: int, sampler: str, scale: float, interval) -
     (first step, end step, guide the step's evaluation, guide Heun's second evaluation, Heun's
     second evaluation happens). The interval and the time grid are known before tracing, so no
     step needs a runtime branch (a lax.cond inside the scan halved the speed on XLA:CPU)."""
-    lo, hi = check_interval(objective, interval)
     times = objective.sampling_times(steps)
-    with jax.ensure_compile_time_eval():  # concrete even when make_sampler is called under a trace
-        levels = np.asarray(objective.guidance_level(jnp.asarray(times)), np.float64)
-    guided = [bool(in_interval(v, lo, hi)) and scale != 1.0 for v in levels]
+    guided = [g and scale != 1.0 for g in guided_levels(objective, steps, interval)]
     flags = []
     for i in range(steps):
         second = sampler == "heun" and float(times[i + 1]) > 0.0  # Heun's last step to 0 is Euler's
