@@ -107,9 +107,27 @@ def test_sample_png_shows_the_first_ten_samples_of_each_class_read_back_from_the
     assert r.exit_code == 0, r.stderr
     labels = store.read_array(out / "labels")
     assert len(labels) == 36 and sorted(set(labels.tolist())) == [0, 1, 2]
-    expected = grid_picture(store.read_array(out / "inputs"), labels)
-    assert expected.shape == (3 * 36, 10 * 36, 3)  # 3 classes x 10 tiles of 32 + 2x2 pixels of border
-    np.testing.assert_array_equal(np.asarray(Image.open(png)), expected)
+    names = ["a", "b", "c"]
+    first_ten = np.sort(np.concatenate([np.flatnonzero(labels == k)[:10] for k in range(3)]))
+    expected = grid_picture(store.read_array(out / "inputs")[first_ten], labels[first_ten], names=names)
+    picture = np.asarray(Image.open(png))
+    np.testing.assert_array_equal(picture, expected)
+    # 3 classes x 10 tiles of 32 + 2x2 pixels of border, after the column of class labels
+    assert picture.shape[0] == 3 * 36 and picture.shape[1] > 10 * 36
+
+
+def test_sample_png_labels_each_class_row_with_its_id_and_name():
+    from jepa_cli.sampling.run import class_label, grid_picture
+
+    images = np.zeros((4, 8, 8, 1), np.uint8)
+    picture = grid_picture(images, np.array([0, 0, 2, 2]), per_row=2, names=["zero", "one", "two"])
+    assert class_label(2, ["zero", "one", "two"]) == "2 two" and class_label(5, None) == "5"
+    label_width = picture.shape[1] - 2 * 36
+    assert picture.shape[0] == 2 * 36 and label_width > 0  # rows for classes 0 and 2 only
+    column = picture[:, :label_width]
+    assert (column[:36] < 128).any() and (column[36:] < 128).any()  # dark text on both rows' white labels
+    assert not np.array_equal(column[:36], column[36:])  # "0 zero" and "2 two" differ
+    assert grid_picture(images, None, per_row=2).shape == (36, 2 * 36, 3)  # unlabelled: no label column
 
 
 def test_sample_of_absurdly_many_is_refused_before_anything_of_that_size_exists(trained, run_cli):
@@ -322,8 +340,33 @@ def test_sample_show_of_fewer_than_four_samples_previews_each(trained, tmp_path,
     r = run_cli("sample", run, "-n", "2", "-o", tmp_path / "s.zarr", "--steps", "2", "--mesh", "data=1", "--show",
                 "-q")
     assert r.exit_code == 0, r.stderr
-    assert [line for line in r.stdout.splitlines() if line.startswith("sample ")] == \
-        ["sample 0 (class 0)", "sample 1 (class 1)"]
+    assert [line for line in r.stdout.splitlines() if line.startswith("class ")] == \
+        ["class 0 a: sample 0", "class 1 b: sample 1"]
+
+
+def test_sample_show_previews_the_first_four_samples_of_every_class_side_by_side(trained, tmp_path, run_cli):
+    _, _, run = trained
+    r = run_cli("sample", run, "-n", "5", "--classes", "all", "-o", tmp_path / "s.zarr", "--steps", "2",
+                "--mesh", "data=1", "--show", "-q")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [line for line in lines if line.startswith("class ")] == \
+        ["class 0 a: samples 0, 1, 2, 3", "class 1 b: samples 5, 6, 7, 8", "class 2 c: samples 10, 11, 12, 13"]
+    first = lines.index("class 0 a: samples 0, 1, 2, 3")
+    assert len(lines[first + 1]) == 4 * 16 + 3 * 2  # four 8-pixel tiles of 2 characters a pixel, 2 apart
+
+
+def test_guidance_interval_at_scale_1_warns_that_it_changes_nothing(trained, tmp_path, run_cli):
+    _, _, run = trained
+    r = run_cli("sample", run, "-n", "2", "-o", tmp_path / "s.zarr", "--steps", "2", "--mesh", "data=1",
+                "--guidance-interval", "0.2,0.8")
+    assert r.exit_code == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("jepa: warning")]  # not progress lines
+    assert warnings == ["jepa: warning: --guidance-interval 0.2,0.8 has no effect at --guidance-scale 1 "
+                        "(no guidance); give a scale other than 1, e.g. --guidance-scale 2"]
+    guided = run_cli("sample", run, "-n", "2", "-o", tmp_path / "g.zarr", "--steps", "2", "--mesh", "data=1",
+                     "--guidance-interval", "0.2,0.8", "--guidance-scale", "2")
+    assert guided.exit_code == 0 and "jepa: warning" not in guided.stderr
 
 
 def test_sample_png_at_the_output_path_is_refused_before_sampling(trained, tmp_path, run_cli):

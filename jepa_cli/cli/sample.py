@@ -54,8 +54,9 @@ def _classes(ctx, param, value):
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Samples per jitted trajectory.")
 @click.option("--mesh", default="data=-1,fsdp=1", show_default=True, help="Device mesh, as in `jepa train`.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None,
-              help="Write a PNG grid of the samples (one row per class).")
-@click.option("--show", is_flag=True, help="Preview a few samples in the terminal.")
+              help="Write a PNG grid of the samples: one row per class, labelled, its first ten samples.")
+@click.option("--show", is_flag=True, help="Preview the first four samples of each class (ten classes at most) in the "
+                                            "terminal.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @output_options
 def command(run, num, output, classes, all_classes, guidance_scale, guidance_interval, sampler, eta, steps, seed,
@@ -85,17 +86,10 @@ def command(run, num, output, classes, all_classes, guidance_scale, guidance_int
                              on_log=lambda message: warn(message, quiet))
     seconds = time.perf_counter() - start
     summary["seconds"] = round(seconds, 3)
-    if show:
+    if show and summary["modality"] == "image":
         from rich.console import Console
 
-        from jepa_cli.data import store
-        from jepa_cli.sampling.run import ascii_preview
+        from jepa_cli.sampling.run import preview
 
-        if summary["modality"] == "image":
-            first = slice(0, min(4, summary["num_samples"]))  # the rows shown, not all N
-            labels = store.read(store.open_array(f"{output}/labels"), first) \
-                if summary.get("classes") is not None else None
-            Console(stderr=as_json, soft_wrap=True).print(
-                ascii_preview(store.read(store.open_array(f"{output}/inputs"), first), labels), markup=False,
-                highlight=False)
+        Console(stderr=as_json, soft_wrap=True).print(preview(output), markup=False, highlight=False)
     emit(summary, as_json)

@@ -133,6 +133,9 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),
                                   source=f"jepa sample {run_dir}", split=None, num_samples=len(y),
                                   sampling=sampling, provenance=provenance, **extra)
+    if guidance_interval is not None and guidance_scale == 1.0:  # c + 0 (c - u): the interval changes nothing
+        log(f"--guidance-interval {lo_hi[0]:g},{lo_hi[1]:g} has no effect at --guidance-scale 1 (no guidance); "
+            "give a scale other than 1, e.g. --guidance-scale 2")
     from jepa_cli.sampling.sampler import sample_batches
 
     # Units of whole batches (batch i always holds the same rows and key), at least a chunk's rows.
@@ -175,7 +178,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
             store.write_array(tmp / "labels", labels.astype(np.int32))
         store.write_group(tmp, attrs)
         if png is not None:
-            write_grid(png, samples, labels, force)
+            write_grid(png, samples, labels, force, names=attrs["class_names"] or None)
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed
         resumable.finish(tmp)
         try:
@@ -206,15 +209,34 @@ def _check_room(output: str | Path, data_shape: tuple[int, ...], dtype: np.dtype
                      "or write to another disk", "pass a smaller --batch-size or -n")
 
 
-def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 10, cell: int = 32) -> np.ndarray:
-    """uint8 [H, W, 3]: one row per class (its first `per_row` samples); unlabelled: one row of the first."""
-    from PIL import Image
-
+def rows_by_class(labels: np.ndarray | None, n: int, per_class: int) -> list[tuple[int | None, np.ndarray]]:
+    """(class, indices of its first `per_class` samples) for each class present, in class order;
+    unlabelled samples: one group (None, the first `per_class` indices of n)."""
     if labels is None:
-        labels = np.zeros(len(images), np.int32)
+        return [(None, np.arange(min(per_class, n)))]
+    return [(int(k), np.flatnonzero(labels == k)[:per_class]) for k in np.unique(labels)]
+
+
+def class_label(k: int, names: list[str] | None, width: int = 16) -> str:
+    """A class as drawn next to its samples: its id, then its name when it has one of its own
+    (cut to `width` characters)."""
+    name = names[k] if names is not None and 0 <= k < len(names) else str(k)
+    return str(k) if name == str(k) else f"{k} {name[:width]}"
+
+
+LABEL_PAD = 6  # pixels of white around a row's class label in the PNG grid
+
+
+def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 10, cell: int = 32,
+                 names: list[str] | None = None) -> np.ndarray:
+    """uint8 [H, W, 3]: one row per class (its first `per_row` samples), the class (id and name, see
+    class_label) written at the row's left; unlabelled: one row of the first samples, no label column.
+    Each tile is `cell` pixels square with a 2-pixel white border."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    groups = rows_by_class(labels, len(images), per_row)
     rows = []
-    for k in sorted(set(labels.tolist())):
-        idx = np.flatnonzero(labels == k)[:per_row]
+    for _k, idx in groups:
         tiles = []
         for i in idx:
             img = images[i]
@@ -222,33 +244,79 @@ def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 1
             tiles.append(np.asarray(Image.fromarray(img).resize((cell, cell), Image.NEAREST)))
         while len(tiles) < per_row:
             tiles.append(np.full((cell, cell, 3), 255, np.uint8))
-        row = np.concatenate([np.pad(t, ((2, 2), (2, 2), (0, 0)), constant_values=255) for t in tiles], axis=1)
-        rows.append(row)
-    return np.concatenate(rows, axis=0)
+        rows.append(np.concatenate([np.pad(t, ((2, 2), (2, 2), (0, 0)), constant_values=255) for t in tiles], axis=1))
+    grid = np.concatenate(rows, axis=0)
+    if labels is None:
+        return grid
+    font = ImageFont.load_default()
+    texts = [class_label(k, names) for k, _ in groups]
+    width = int(max(font.getlength(t) for t in texts)) + 2 * LABEL_PAD
+    column = Image.new("RGB", (width, grid.shape[0]), (255, 255, 255))
+    draw = ImageDraw.Draw(column)
+    row_h = cell + 4
+    for r, text in enumerate(texts):
+        draw.text((LABEL_PAD, r * row_h + row_h // 2), text, fill=(0, 0, 0), font=font, anchor="lm")
+    return np.concatenate([np.asarray(column), grid], axis=1)
 
 
-def write_grid(path, samples, labels: np.ndarray | None, force: bool, per_row: int = 10) -> None:
-    """A PNG grid of image samples, one row per class (written atomically, store.write_file).
-    `samples`: the written [N, H, W, C] array (TensorStore); only the rows the grid shows are read."""
+def write_grid(path, samples, labels: np.ndarray | None, force: bool, per_row: int = 10,
+               names: list[str] | None = None) -> None:
+    """A PNG grid of image samples, one row per class with its label (grid_picture; written
+    atomically, store.write_file). `samples`: the written [N, H, W, C] array (TensorStore); only the
+    rows the grid shows are read."""
     from PIL import Image
 
-    shown = np.arange(min(per_row, int(samples.shape[0]))) if labels is None else \
-        np.sort(np.concatenate([np.flatnonzero(labels == k)[:per_row] for k in np.unique(labels)]))
+    shown = np.sort(np.concatenate([idx for _k, idx in rows_by_class(labels, int(samples.shape[0]), per_row)]))
     data = np.stack([store.read(samples, slice(int(i), int(i) + 1))[0] for i in shown])
     if data.dtype != np.uint8 or data.ndim != 4:
         raise InputError("--png draws image samples; this run samples latents")
     buffer = io.BytesIO()
-    Image.fromarray(grid_picture(data, None if labels is None else labels[shown], per_row)).save(buffer, format="PNG")
+    picture = grid_picture(data, None if labels is None else labels[shown], per_row, names=names)
+    Image.fromarray(picture).save(buffer, format="PNG")
     store.write_file(path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
 
 
-def ascii_preview(data: np.ndarray, labels, count: int = 4) -> str:
-    """A few image samples as shaded characters (terminal preview)."""
-    shades = " .:-=+*#%@"
-    out = []
-    for i in range(min(count, len(data))):
-        img = data[i].astype(np.float32).mean(axis=-1)
-        head = f"sample {i}" + (f" (class {int(labels[i])})" if labels is not None else "")
-        lines = ["".join(shades[int(v / 256 * len(shades))] * 2 for v in row) for row in img]
-        out.append("\n".join([head, *lines]))
-    return "\n\n".join(out)
+SHADES = " .:-=+*#%@"  # dark to bright, one character per tenth of the 0..255 range
+PREVIEW_PIXELS = 32  # a tile wider or taller than this is drawn from every k-th pixel
+
+
+def ascii_tile(image: np.ndarray) -> list[str]:
+    """An [H, W, C] uint8 image as lines of shaded characters, two per pixel (a terminal cell is
+    about twice as tall as wide), every k-th pixel of an image beyond PREVIEW_PIXELS."""
+    step = -(-max(image.shape[:2]) // PREVIEW_PIXELS)
+    img = image[::step, ::step].astype(np.float32).mean(axis=-1)
+    return ["".join(SHADES[int(v / 256 * len(SHADES))] * 2 for v in row) for row in img]
+
+
+def ascii_preview(data: np.ndarray, groups: list[tuple[int | None, np.ndarray]],
+                  names: list[str] | None = None) -> str:
+    """Image samples as shaded characters, one block per class: a header naming the class and the
+    samples' indices, then its samples side by side. `data` holds the rows of every group, in order."""
+    blocks, at = [], 0
+    for k, idx in groups:
+        tiles = [ascii_tile(data[at + j]) for j in range(len(idx))]
+        at += len(idx)
+        head = ("" if k is None else f"class {class_label(k, names)}: ") + \
+            ("sample " if len(idx) == 1 else "samples ") + ", ".join(str(int(i)) for i in idx)
+        lines = ["  ".join(parts) for parts in zip(*tiles)]
+        blocks.append("\n".join([head, *lines]))
+    return "\n\n".join(blocks)
+
+
+def preview(output: str | Path, per_class: int = 4, max_classes: int = 10) -> str:
+    """`jepa sample --show`: the first `per_class` samples of each class of an image sample dataset
+    (at most `max_classes` classes, then a line saying how many more there are), read back from
+    `output`; only the rows shown are read."""
+    output = Path(output)
+    attrs = store.read_attributes(output)
+    inputs = store.open_array(output / "inputs")
+    labels = store.read_array(output / "labels") if (output / "labels").exists() else None
+    groups = rows_by_class(labels, int(inputs.shape[0]), per_class)
+    more = len(groups) - max_classes
+    groups = groups[:max_classes]
+    data = [store.read(inputs, slice(int(i), int(i) + 1))[0] for _k, idx in groups for i in idx]
+    names = attrs.get("class_names") or None
+    text = ascii_preview(np.stack(data), groups, names)
+    if more > 0:
+        text += f"\n\n({more} more classes not shown; --png draws every class)"
+    return text
