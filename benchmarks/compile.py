@@ -7,7 +7,7 @@ Each run is a fresh `jepa train` process on a 16-image dataset written here (bat
 defaults otherwise): the first with an empty JEPA_CACHE_DIR (everything compiles), the second with
 the cache the first one filled (programs are loaded, not compiled). The first step is done when its
 row lands in RUN/metrics.jsonl (polled every 20 ms), before the final checkpoint is written; the
-process's whole wall time is reported beside it. Target (issue 9): the cold first step under 30 s
+process's whole wall time is reported beside it. Target: the cold first step under 30 s
 for ViT-B on CPU; the warm one a few seconds. The unrolled cold time is the baseline.
 """
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/masks.py [--batch 128] [--repeats 50] [--json]
 
-Cases (issue 3): I-JEPA multi-block on a 14x14 grid and V-JEPA 3D multi-block on 8x14x14, batch 128.
+Cases: I-JEPA multi-block on a 14x14 grid and V-JEPA 3D multi-block on 8x14x14, batch 128.
 "Ours" is `jepa_cli.masks.sample` (jitted, on the default JAX backend, static shapes, the derived
 context size K); "ours, official cut" also reproduces the official batch-minimum truncation. The
 reference is tests/official_masks.py: the official algorithms, one sample at a time, in NumPy.

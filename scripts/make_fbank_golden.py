@@ -1,8 +1,8 @@
 """Writes tests/data/fbank_golden.npz: torchaudio.compliance.kaldi.fbank outputs for a few signals.
 
 Run once with a separate environment that has torchaudio (it is not a dependency of jepa-cli):
-    python3.11 -m venv /work/venv-ta && /work/venv-ta/bin/pip install torch==2.9.1 'torchaudio==2.9.*' numpy
-    /work/venv-ta/bin/python scripts/make_fbank_golden.py tests/data/fbank_golden.npz
+    python3.11 -m venv /tmp/venv-torchaudio && /tmp/venv-torchaudio/bin/pip install torch==2.9.1 'torchaudio==2.9.*' numpy
+    /tmp/venv-torchaudio/bin/python scripts/make_fbank_golden.py tests/data/fbank_golden.npz
 
 Signals are quantised to 16 bits (k / 32768, exact in float32) and stored as int16, so the file stays
 small and both sides read bit-identical inputs. Each case `NAME` stores `NAME/wave` (int16),

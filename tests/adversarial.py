@@ -1,4 +1,4 @@
-"""The hostile-user harness (issue 8): runs the real `jepa` CLI in a subprocess and checks that a
+"""The hostile-user harness: runs the real `jepa` CLI in a subprocess and checks that a
 refusal is exactly one `jepa: error:` line, with the expected exit code and no traceback, and that
 nothing it was handed (inputs, earlier outputs, the whole working folder) changed on disk.
 

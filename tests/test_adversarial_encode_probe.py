@@ -1,4 +1,4 @@
-"""Hostile-user cases for `jepa encode-latents` and `jepa probe`, through the real CLI (issue 8)."""
+"""Hostile-user cases for `jepa encode-latents` and `jepa probe`, through the real CLI."""
 
 import os
 import signal

@@ -1,4 +1,4 @@
-"""Hostile-user cases for dataset writes (`jepa ingest`, `jepa mask -o`) and dataset reads (issue 8):
+"""Hostile-user cases for dataset writes (`jepa ingest`, `jepa mask -o`) and dataset reads:
 each refusal is one `jepa: error:` line, exit 2, and leaves every guarded path byte-identical."""
 
 import json

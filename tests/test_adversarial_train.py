@@ -1,4 +1,4 @@
-"""Hostile-user cases for `jepa train`, run directories and checkpoints (issue 8), through the real CLI
+"""Hostile-user cases for `jepa train`, run directories and checkpoints, through the real CLI
 in a subprocess (tests/adversarial.py): one error line, the right exit code, nothing changed on disk.
 
 Most cases train the toy objective (tests/toy_objective.py, loaded as `toy_objective:make`) on 8x8

@@ -292,7 +292,7 @@ def test_config_from_options_defaults_are_official():
 @settings(max_examples=30, deadline=None)
 @given(H=st.integers(4, 32), W=st.integers(4, 32), lo=st.floats(0.05, 1.0), span=st.floats(0.0, 0.5),
        a_lo=st.floats(0.3, 2.0), a_span=st.floats(0.0, 2.0), seed=st.integers(0, 2**32 - 1))
-# widths past the height's breakpoints (once missed when the enumeration stopped at sqrt(k * ar_hi))
+# widths past the height's breakpoints (an enumeration stopping at sqrt(k * ar_hi) misses them)
 @example(H=22, W=24, lo=0.25, span=0.0, a_lo=0.375, a_span=1.0, seed=0)
 def test_static_block_sizes_cover_every_draw(H, W, lo, span, a_lo, a_span, seed):
     """The static T (and the min_keep check) come from an exact enumeration of the reachable sizes."""

@@ -282,7 +282,7 @@ def test_bfloat16_loss_differs_from_the_float32_loss_by_under_5_in_100000():
     assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=5e-5)
 
 
-# -- how the blocks run: lax.scan and activation checkpointing (issue 9) --------------------------
+# -- how the blocks run: lax.scan and activation checkpointing ------------------------------------
 SCAN_CFG = ModelConfig(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=16,
                        pred_depth=2, pred_width=16, channels=3)
 

@@ -173,7 +173,7 @@ def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):
     np.testing.assert_array_equal(host["ema"]["kernel"], host["params"]["encoder"]["kernel"])
 
 
-# ---- issue 8: rates, reusable runs, the run lock, damaged checkpoints, signals, bad data ------------------
+# ---- rates, reusable runs, the run lock, damaged checkpoints, signals, bad data ------------------
 
 def test_every_metrics_row_reports_a_positive_rate(dataset, tmp_path):
     out = train(_cfg(dataset, tmp_path / "run", steps=3, log_every=1))

@@ -6,7 +6,7 @@ frames that fit; otherwise round(N / shift) frames over a reflected signal), per
 pre-emphasis 0.97, the window function, zero padding to the next power of two, |rfft|^2, triangular
 mel filters on the HTK mel scale 1127 ln(1 + f / 700), and log with Kaldi's floor (float32 epsilon).
 Dither is not applied (0, as in evaluation). Audio-JEPA calls it with a Hanning window, 128 bins and
-20 Hz to 16 kHz (LudovicTuncay/Audio-JEPA, see /work/shared/reference/official-recipes.md).
+20 Hz to 16 kHz (LudovicTuncay/Audio-JEPA, its spectrogram transform; docs/audio.md).
 
 `FbankConfig` fixes the geometry (sample rate, samples per clip); `fbank(waves, config)` maps float32
 waveforms [..., samples] to [..., frames, bins] and is jit-able and batched.

@@ -4,8 +4,7 @@ Waveforms become Kaldi log-mel spectrograms [frames x mel] in JAX (jepa_cli.data
 same modules as I-JEPA) reads them as one-channel images cut into patches (time-major grid), random
 masks with a ratio ~ U(0.4, 0.6) per batch split the patches into one context and one target set,
 and the predictor regresses the EMA target encoder's features with the released code's norm_mse
-loss (2 - 2 cos against per-token standardised targets). Facts used: docs/audio.md and
-/work/shared/reference/official-recipes.md ("Audio-JEPA").
+loss (2 - 2 cos against per-token standardised targets). The values and their sources: docs/audio.md.
 """
 
 from __future__ import annotations
