@@ -215,3 +215,103 @@ def test_flow_and_diffusion_on_an_audio_dataset_say_what_they_train_on(name):
     with pytest.raises(InputError, match=r"^flow and diffusion train on images or latents; the dataset given "
                                          r"\(--data\) is audio"):
         OBJECTIVES[name].dataset_options({"modality": "audio", "shape": [16000], "attrs": {"sample_rate": 16000}})
+
+
+LATENT = dict(width=32, depth=1, heads=2, modality="latent", latent_shape=[16], num_classes=0)
+
+
+@pytest.mark.parametrize("data, expected", [
+    (TINY, ("edm2-pixel", -0.8, 1.6, 0.5)),  # EDM2 train_edm2.py edm2-img64-*; EDM's sigma_data for [-1, 1] pixels
+    (LATENT, ("edm2-latent", -0.4, 1.0, 1.0)),  # edm2-img512-*; latents standardised to unit std
+])
+def test_edm_takes_its_preset_and_sigma_data_from_the_data(data, expected):
+    c = make_objective("diffusion", {**data, "schedule": "edm"}).config
+    assert (c.edm_preset, c.p_mean, c.p_std, c.sigma_data) == expected
+
+
+def test_edm_options_the_user_sets_win_over_the_data_defaults():
+    c = make_objective("diffusion", {**LATENT, "schedule": "edm", "edm_preset": "edm", "sigma_data": 0.7}).config
+    assert (c.edm_preset, c.p_mean, c.p_std, c.sigma_data) == ("edm", -1.2, 1.2, 0.7)  # EDM Table 1
+    c = make_objective("diffusion", {**LATENT, "schedule": "edm", "p_mean": -1.0}).config
+    assert (c.edm_preset, c.p_mean, c.p_std) == (None, -1.0, 1.0)  # p_std still the latent preset's
+
+
+def test_a_recorded_edm_config_without_the_new_options_reads_back_unchanged():
+    recorded = {**TINY, "schedule": "edm", "p_mean": -0.4, "p_std": 1.0, "sigma_data": 0.5}
+    c = make_objective("diffusion", recorded).config
+    assert (c.edm_preset, c.p_mean, c.p_std, c.sigma_data, c.edm_logvar) == (None, -0.4, 1.0, 0.5, False)
+    assert make_objective("diffusion", c.to_dict()).config == c
+
+
+def _edm_batch():
+    x0 = jax.random.normal(jax.random.key(1), (4, 8, 8, 1))
+    return {"image": x0, "label": jnp.arange(4)}
+
+
+def _plain_edm_loss(obj, params, batch, key):
+    """EDM's lambda-weighted x0 loss written out: mean over the batch of mean((F - (x0 - c_skip x) / c_out)^2)."""
+    c = obj.config
+    x0 = batch["image"]
+    k_t, k_eps, _ = jax.random.split(key, 3)
+    eps = jax.random.normal(k_eps, x0.shape, jnp.float32)
+    sigma = jnp.exp(c.p_mean + c.p_std * jax.random.normal(k_t, (4,), jnp.float32))
+    x = x0 + sigma[:, None, None, None] * eps
+    c_skip, c_out, _, _ = edm_preconditioning(sigma, c.sigma_data)
+    raw = obj.predict(params, x, sigma, batch["label"])  # cond_drop 0: the labels as given
+    target = (x0 - c_skip[:, None, None, None] * x) / c_out[:, None, None, None]
+    return sigma, jnp.mean(jnp.square(raw - target).reshape(4, -1), axis=1)
+
+
+def _random_leaves(params, seed):
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda x: x + 0.05 * rng.standard_normal(np.shape(x)).astype(np.float32), params)
+
+
+def test_edm_without_logvar_has_no_head_and_the_plain_weighted_loss():
+    obj = make_objective("diffusion", {**TINY, "schedule": "edm", "cond_drop": 0.0})
+    params = _random_leaves(obj.init(jax.random.key(0)), 1)
+    assert set(params) == {"dit"}  # the checkpoint's tree is the one without the option
+    key = jax.random.key(2)
+    loss, aux = obj.loss(params, None, _edm_batch(), key, 0)
+    _, per_example = _plain_edm_loss(obj, params, _edm_batch(), key)
+    np.testing.assert_allclose(loss, jnp.mean(per_example), rtol=1e-6)
+    assert "logvar_mean" not in aux
+
+
+def test_edm_logvar_head_gives_one_log_variance_per_example_and_starts_at_zero():
+    obj = make_objective("diffusion", {**TINY, "schedule": "edm", "edm_logvar": True})
+    params = obj.init(jax.random.key(0))
+    assert params["logvar"]["weight"].shape == (128,) and params["logvar"]["bias"].shape == ()
+    u = obj.logvar(params, jnp.array([0.01, 1.0, 80.0]))
+    assert u.shape == (3,) and float(jnp.abs(u).max()) == 0.0
+
+
+def test_edm_logvar_loss_is_weighted_error_over_exp_u_plus_u():
+    # EDM2 training_loop.py EDM2Loss: (weight / logvar.exp()) * (denoised - images)^2 + logvar
+    obj = make_objective("diffusion", {**TINY, "schedule": "edm", "edm_logvar": True, "cond_drop": 0.0})
+    params = _random_leaves(obj.init(jax.random.key(0)), 1)
+    key = jax.random.key(2)
+    loss, aux = obj.loss(params, None, _edm_batch(), key, 0)
+    sigma, per_example = _plain_edm_loss(obj, params, _edm_batch(), key)
+    c_noise = np.log(np.asarray(sigma, np.float64)) / 4
+    rng = np.random.default_rng(0)  # the head's fixed Fourier frequencies, then phases
+    freqs, phases = rng.standard_normal(128), rng.random(128)
+    features = np.sqrt(2) * np.cos(2 * np.pi * (np.outer(c_noise, freqs.astype(np.float32))
+                                                + phases.astype(np.float32)))
+    u = features @ np.asarray(params["logvar"]["weight"], np.float64) + float(params["logvar"]["bias"])
+    expected = np.mean(np.asarray(per_example, np.float64) * np.exp(-u) + u)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(aux["logvar_mean"], u.mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_edm_logvar_head_receives_a_gradient():
+    obj = make_objective("diffusion", {**TINY, "schedule": "edm", "edm_logvar": True})
+    params = _random_leaves(obj.init(jax.random.key(0)), 1)
+    grads = jax.grad(lambda head: obj.loss({**params, "logvar": head}, None, _edm_batch(), jax.random.key(2), 0)[0])(
+        params["logvar"])
+    assert float(jnp.abs(grads["weight"]).max()) > 1e-4 and float(jnp.abs(grads["bias"])) > 1e-4
+
+
+def test_edm_logvar_is_refused_with_the_cosine_schedule():
+    with pytest.raises(InputError, match="edm_logvar applies to the edm schedule"):
+        make_objective("diffusion", {**TINY, "edm_logvar": True})

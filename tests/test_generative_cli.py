@@ -416,3 +416,24 @@ def test_a_sample_whose_output_appeared_meanwhile_keeps_that_output_and_leaves_n
     with pytest.raises(InputError, match="another process wrote it while this command ran"):
         sampling_run.sample_run(run, out, n=2, steps=2, mesh=None, on_start=another_writer_finishes_first)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"] and not (out / "inputs").exists()
+
+
+def _latents(path, n=16, dim=8):
+    """A latent dataset as encode-latents writes it: [N, D] float32 with its per-channel shift and scale."""
+    z = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32) * 0.002 + 0.1
+    store.write_group(path, store.base_attributes("dataset", modality="latent", layout="ND", class_names=[],
+                                                  latent_shift=[0.1] * dim, latent_scale=[500.0] * dim))
+    store.write_array(path / "inputs", z)
+    return path
+
+
+def test_edm_print_config_shows_the_sigma_data_and_preset_taken_from_latents(tmp_path, run_cli):
+    import tomllib
+
+    data = _latents(tmp_path / "z.zarr")
+    r = run_cli("train", "--objective", "diffusion", "--schedule", "edm", "--data", data, "-o", tmp_path / "run",
+                "--batch-size", "8", "--steps", "1", "--print-config")
+    assert r.exit_code == 0, r.stderr
+    table = tomllib.loads(r.stdout)["diffusion"]
+    assert (table["sigma_data"], table["edm_preset"], table["p_mean"], table["p_std"]) == (1.0, "edm2-latent", -0.4, 1.0)
+    assert table["edm_logvar"] is False

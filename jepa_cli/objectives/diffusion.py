@@ -4,10 +4,16 @@ cosine (VP, Nichol & Dhariwal 2021 without the offset, continuous): x_t = alpha 
 alpha = cos(pi t / 2), sigma = sin(pi t / 2), t ~ U(T_MIN, T_MAX). The network predicts eps, x0 or
 v = alpha eps - sigma x0 (Salimans & Ho 2022) and the loss is the MSE in that space.
 
-edm (Karras et al. 2022, Table 1): x = x0 + sigma eps, ln sigma ~ N(P_mean, P_std) (EDM2's -0.4, 1.0),
+edm (Karras et al. 2022, Table 1): x = x0 + sigma eps, ln sigma ~ N(P_mean, P_std) (genconfig.EDM_PRESETS),
 D(x) = c_skip x + c_out F(c_in x, c_noise) with c_skip = sd^2 / (s^2 + sd^2), c_out = s sd / sqrt(s^2 + sd^2),
 c_in = 1 / sqrt(s^2 + sd^2), c_noise = ln(s) / 4; the loss is the MSE of F against
 (x0 - c_skip x) / c_out, which is EDM's lambda(sigma)-weighted x0 loss.
+
+EDM2's learned uncertainty (Karras et al. 2024, Sec. 2 and App. B.2; training_loop.py EDM2Loss,
+networks_edm2.py Precond's logvar head), with `edm_logvar`: u(sigma) = w . fourier(c_noise) + b, the
+Fourier features as MPFourier's (sqrt(2) cos(2 pi (f c_noise + phi)), f ~ N(0, 1), phi ~ U(0, 1), fixed),
+and the loss weight lambda |D - x0|^2 / exp(u) + u: the network learns to down-weight noise levels
+whose error it cannot reduce. The head starts at zero (u = 0), so the first loss equals the plain one.
 
 min-SNR-gamma (Hang et al. 2023) weights the x0 loss by min(SNR, gamma); in the space the loss is
 computed in it becomes min(SNR, gamma) times |d x0 / d prediction|^2: 1 for x0, 1/SNR for eps,
@@ -28,6 +34,8 @@ from jepa_cli.objectives.generative import GenerativeObjective, expand
 T_MIN, T_MAX = 1e-3, 1.0 - 1e-3  # cosine: keep alpha and sigma away from 0
 TIME_SCALE = 1000.0  # the time embedding sees 1000 t (cosine) or 1000 c_noise (edm)
 SIGMA_MIN, SIGMA_MAX, RHO = 0.002, 80.0, 7.0  # EDM sampling grid (Karras et al. 2022, Table 1)
+LOGVAR_CHANNELS = 128  # Fourier features of the logvar head (networks_edm2.py Precond, logvar_channels=128)
+LOGVAR_SEED = 0  # the fixed frequencies and phases of those features (buffers, never trained, in EDM2)
 
 
 def cosine_alpha_sigma(t):
@@ -67,9 +75,34 @@ def min_snr_weight(snr, gamma: float | None, space: str, c_out=None):
     raise ValueError(space)
 
 
+def logvar_features(c_noise, freqs, phases):
+    """EDM2's MPFourier: sqrt(2) cos(2 pi (freqs c_noise + phases)), [B] -> [B, F], unit mean square."""
+    return math.sqrt(2.0) * jnp.cos(2.0 * math.pi * (jnp.outer(c_noise, freqs) + phases))
+
+
 class DiffusionObjective(GenerativeObjective):
     name = "diffusion"
     config_class = DiffusionConfig
+
+    def __init__(self, config: DiffusionConfig | None = None):
+        super().__init__(config)
+        rng = np.random.default_rng(LOGVAR_SEED)
+        self._logvar_freqs = rng.standard_normal(LOGVAR_CHANNELS).astype(np.float32)
+        self._logvar_phases = rng.random(LOGVAR_CHANNELS).astype(np.float32)
+
+    def init(self, key) -> dict:
+        """The DiT; with edm_logvar also the logvar head {"weight" [F], "bias" []}, both zero."""
+        params = super().init(key)
+        if self.config.edm_logvar:
+            params["logvar"] = {"weight": jnp.zeros((LOGVAR_CHANNELS,), jnp.float32),
+                                "bias": jnp.zeros((), jnp.float32)}
+        return params
+
+    def logvar(self, params, sigma):
+        """u(sigma) [B] of the logvar head (edm_logvar), on c_noise = ln(sigma) / 4 as the DiT sees it."""
+        head = params["logvar"]
+        features = logvar_features(jnp.log(sigma) / 4.0, self._logvar_freqs, self._logvar_phases)
+        return features @ head["weight"] + head["bias"]
 
     @property
     def prediction(self) -> str:
@@ -103,6 +136,10 @@ class DiffusionObjective(GenerativeObjective):
             w = min_snr_weight(snr, c.min_snr_gamma, self.prediction)
             level = sigma / alpha
         per_example = jnp.mean(jnp.square(raw - target).reshape(b, -1), axis=1)
+        if c.edm_logvar:  # EDM2Loss: weight |D - x0|^2 / exp(u) + u, per element (the mean over them here)
+            u = self.logvar(params, sigma)
+            value = jnp.mean(w * per_example * jnp.exp(-u) + u)
+            return value, {"loss": value, "sigma_mean": jnp.mean(level), "logvar_mean": jnp.mean(u)}
         value = jnp.mean(w * per_example)
         return value, {"loss": value, "sigma_mean": jnp.mean(level)}
 

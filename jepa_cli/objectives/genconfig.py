@@ -19,6 +19,14 @@ from jepa_cli.options import option
 MODALITIES = ("image", "latent")
 SCHEDULES = ("cosine", "edm")
 PREDICTIONS = ("eps", "x0", "v")
+# EDM's log-normal training distribution of sigma, (P_mean, P_std), as published: EDM (Karras et al. 2022,
+# Table 1, pixels); EDM2 (Karras et al. 2024, train_edm2.py presets edm2-img64-*: ImageNet-64 pixels;
+# edm2-img512-*: ImageNet-512 in the SD VAE's latent space).
+EDM_PRESETS = {"edm": (-1.2, 1.2), "edm2-pixel": (-0.8, 1.6), "edm2-latent": (-0.4, 1.0)}
+# The default preset and sigma_data (the data's std in model space) for each modality: images are
+# scaled to [-1, 1], where EDM and EDM2 take sigma_data 0.5; latents are standardised by their
+# latent_shift / latent_scale (encode-latents writes the per-channel mean and 1/std), so their std is 1.
+DATA_DEFAULTS = {"image": ("edm2-pixel", 0.5), "latent": ("edm2-latent", 1.0)}
 # `jepa sample`'s ranges, here so that the CLI declares them without importing JAX. Guidance scales in
 # use lie in 1..10; far beyond, the amplified difference c - u swamps the prediction and every pixel
 # saturates (scale 1e30 gives all-black images), so 100 bounds it with room to spare.
@@ -73,9 +81,20 @@ class GenerativeConfig:
                                         "preconditioned F.", applies=("diffusion",), choices=PREDICTIONS)
     min_snr_gamma: float | None = _opt(None, "Min-SNR-gamma weighting of the x0 loss (Hang et al. 2023), "
                                              "converted into the prediction's space.", applies=("diffusion",))
-    p_mean: float = _opt(-0.4, "EDM log-normal sigma: mean (EDM2).", applies=("diffusion",))
-    p_std: float = _opt(1.0, "EDM log-normal sigma: std (EDM2).", applies=("diffusion",))
-    sigma_data: float = _opt(0.5, "EDM sigma_data.", applies=("diffusion",))
+    edm_preset: str | None = _opt(None, "EDM's log-normal sigma (P_mean, P_std): edm (-1.2, 1.2) | edm2-pixel "
+                                        "(-0.8, 1.6) | edm2-latent (-0.4, 1.0) (default: edm2-latent for latents, "
+                                        "edm2-pixel for images).", applies=("diffusion",),
+                                  choices=tuple(EDM_PRESETS))
+    p_mean: float | None = _opt(None, "EDM log-normal sigma: mean (default: the --edm-preset's).",
+                                applies=("diffusion",))
+    p_std: float | None = _opt(None, "EDM log-normal sigma: std (default: the --edm-preset's).",
+                               applies=("diffusion",))
+    sigma_data: float | None = _opt(None, "EDM sigma_data, the data's std in model space (default: 1.0 for latents, "
+                                          "standardised by latent_shift/latent_scale; 0.5 for images in [-1, 1]).",
+                                    applies=("diffusion",))
+    edm_logvar: bool = _opt(False, "EDM2's learned uncertainty: a linear head on Fourier features of the noise "
+                                   "level gives log-variance u(sigma); loss = weight |D - x0|^2 / exp(u) + u.",
+                            applies=("diffusion",))
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -108,8 +127,13 @@ class GenerativeConfig:
                 raise InputError("prediction applies to the cosine schedule; edm predicts its preconditioned F")
         if self.min_snr_gamma is not None and self.min_snr_gamma <= 0:
             raise InputError(f"min_snr_gamma must be > 0, got {self.min_snr_gamma}")
+        if self.edm_preset is not None and self.edm_preset not in EDM_PRESETS:
+            raise InputError(f"unknown edm_preset {self.edm_preset!r} (choose from {', '.join(EDM_PRESETS)})")
+        self._resolve_data_defaults()
         if self.p_std <= 0 or self.sigma_data <= 0:
             raise InputError("p_std and sigma_data must be > 0")
+        if self.edm_logvar and self.schedule != "edm":
+            raise InputError("edm_logvar applies to the edm schedule (--schedule edm)")
         if self.modality == "image":
             h, w = (self.image_size, self.image_size) if isinstance(self.image_size, int) else self.image_size
             if h % self.patch_size or w % self.patch_size:
@@ -124,6 +148,19 @@ class GenerativeConfig:
                     raise InputError(f"{name} needs {d} values, got {len(v)}")
             if self.latent_tokens is not None and (self.latent_tokens <= 0 or d % self.latent_tokens):
                 raise InputError(f"latent_tokens must divide the latent width {d}, got {self.latent_tokens}")
+
+    def _resolve_data_defaults(self) -> None:
+        """p_mean, p_std and sigma_data left unset take the modality's defaults (DATA_DEFAULTS) or the
+        named preset's, so that run.json records the values the run trains with. edm_preset is
+        recorded when both p_mean and p_std came from a preset: it says where they came from."""
+        preset, sigma_data = DATA_DEFAULTS[self.modality]
+        preset = self.edm_preset or preset
+        if self.p_mean is None and self.p_std is None:
+            object.__setattr__(self, "edm_preset", preset)
+        p_mean, p_std = EDM_PRESETS[preset]
+        for name, value in (("p_mean", p_mean), ("p_std", p_std), ("sigma_data", sigma_data)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
     owner = "generative"
 
