@@ -13,6 +13,7 @@ from jepa_cli.models.mixer_pattern import parse_mixer
 from jepa_cli.models.s5 import S5, hippo_n, linear_scan
 from jepa_cli.models.scan_order import scan_permutation, scan_rank
 
+_apply = nnx.jit(lambda module, *args: module(*args))  # one compiled call per shape
 _scan = jax.jit(linear_scan, static_argnames="reverse")  # one compiled program, not op-by-op dispatch
 TINY = dict(model="tiny", width=16, depth=2, heads=2, patch_size=4, image_size=16, pred_depth=2,
             pred_width=16, ssm_state=4)
@@ -146,11 +147,11 @@ def test_s5_context_equals_the_s5_encoder_on_the_shorter_sequence(s5_encoder):
     images = jax.random.normal(jax.random.key(1), (1, 16, 16, 3))
     index = jnp.array([[1, 4, 6, 11, 0, 0]])
     valid = jnp.array([[True, True, True, True, False, False]])
-    padded = s5_encoder(images, index, valid)[:, :4]
-    alone = s5_encoder(images, index[:, :4])
+    padded = _apply(s5_encoder, images, index, valid)[:, :4]
+    alone = _apply(s5_encoder, images, index[:, :4])
     np.testing.assert_allclose(padded, alone, atol=1e-6, rtol=0)
     # the scan order decides the recurrence, not the slot order: shuffled slots, same outputs
-    shuffled = s5_encoder(images, index[:, [2, 0, 3, 1]])
+    shuffled = _apply(s5_encoder, images, index[:, [2, 0, 3, 1]])
     np.testing.assert_allclose(shuffled, alone[:, [2, 0, 3, 1]], atol=1e-6, rtol=0)
 
 
@@ -159,7 +160,7 @@ def test_hybrid_stack_under_scan_layers_and_remat_equals_the_plain_loop():
     cfg = dict(**{**TINY, "depth": 3, "pred_depth": 3}, mixer="s5,s5,attn")
     plain = ModelConfig(**cfg).encoder(nnx.Rngs(0))
     scanned = ModelConfig(**cfg, scan_layers=True, remat="block").encoder(nnx.Rngs(0))
-    np.testing.assert_allclose(scanned(images), plain(images), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(_apply(scanned, images), _apply(plain, images), atol=1e-5, rtol=0)
 
 
 def test_ijepa_loss_and_gradients_are_finite_with_an_s5_attn_pattern():
