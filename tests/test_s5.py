@@ -190,3 +190,17 @@ def test_a_checkpoint_of_another_mixer_pattern_is_refused_on_restore(tmp_path):
     with pytest.raises(InputError, match="holds another model"):
         ckpts.restore(1, {"params": attention})
     ckpts.close()
+
+
+def test_an_s5_dit_block_is_adaln_zero_modulated_and_the_untrained_dit_outputs_zero():
+    from jepa_cli.models.dit import DiT
+
+    dit = DiT(in_dim=4, out_dim=4, grid=(6,), width=16, depth=2, heads=2, num_classes=3, rngs=nnx.Rngs(0),
+              mixers=("s5", "attn"), ssm_state=4)
+    assert set(to_pure(dit)["blocks"]["0"]) == {"ssm", "mlp", "modulation"}  # DiT's norms have no affine
+    x = jax.random.normal(jax.random.key(1), (2, 6, 16))
+    cond = jax.random.normal(jax.random.key(2), (2, 16))
+    assert (_apply(dit.blocks[0], x, None, cond) == x).all()  # zero gates: the block starts as the identity
+    tokens = jax.random.normal(jax.random.key(1), (2, 6, 4))
+    out = _apply(dit, tokens, jnp.array([0.1, 0.9]), jnp.array([0, 3]))
+    assert out.shape == (2, 6, 4) and float(jnp.abs(out).max()) == 0.0

@@ -5,7 +5,8 @@ latent tokens: the objective makes them) and returns [B, L, out_dim]. Conditioni
 embedding of the noise level through a 2-layer SiLU MLP, plus a label embedding with one extra
 null class (index num_classes) for classifier-free guidance; blocks are adaLN-Zero modulated
 (vit.Block with cond_dim) and the final layer is modulated (shift, scale) with a zero-initialised
-projection, so the untrained model outputs 0.
+projection, so the untrained model outputs 0. `mixers` (one per block, 'attn' or 's5') puts S5
+mixers (models/s5.py) in some blocks, modulated the same way; tokens are scanned in their given order.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def positions(width: int, grid: tuple[int, ...]) -> np.ndarray:
 
 class DiT(nnx.Module):
     def __init__(self, *, in_dim: int, out_dim: int, grid: tuple[int, ...], width: int, depth: int,
-                 heads: int, num_classes: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs):
+                 heads: int, num_classes: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
+                 mixers: tuple[str, ...] | None = None, ssm_state: int = 64):
         self.grid = tuple(grid)
         self.width = width
         self.dtype = dtype
@@ -57,8 +59,12 @@ class DiT(nnx.Module):
         # num_classes + 1 rows: the last is the null class of classifier-free guidance
         self.label_embed = nnx.Embed(num_classes + 1, width, embedding_init=trunc_normal(),
                                      param_dtype=jnp.float32, rngs=rngs)
-        self.blocks = nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, cond_dim=width)
-                                for _ in range(depth)])
+        if mixers is None:
+            self.blocks = nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, cond_dim=width)
+                                    for _ in range(depth)])
+        else:
+            self.blocks = nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, cond_dim=width, mixer=m,
+                                          ssm_state=ssm_state) for m in mixers[:depth]])
         self.final_norm = _plain_layer_norm(width, dtype, rngs)
         self.final_modulation = ZeroLinear(width, 2 * width, dtype, rngs)
         self.final_proj = ZeroLinear(width, out_dim, dtype, rngs)
