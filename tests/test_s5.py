@@ -204,3 +204,11 @@ def test_an_s5_dit_block_is_adaln_zero_modulated_and_the_untrained_dit_outputs_z
     tokens = jax.random.normal(jax.random.key(1), (2, 6, 4))
     out = _apply(dit, tokens, jnp.array([0.1, 0.9]), jnp.array([0, 3]))
     assert out.shape == (2, 6, 4) and float(jnp.abs(out).max()) == 0.0
+
+
+def test_the_s5_state_runs_in_float32_under_bfloat16_compute():
+    layer = S5(4, 4, nnx.Rngs(0))
+    u = jax.random.normal(jax.random.key(1), (1, 5, 4)).astype(jnp.bfloat16)
+    assert layer(u).dtype == jnp.float32
+    lambda_bar, b_bar = layer.discretize()
+    assert lambda_bar.dtype == b_bar.dtype == jnp.complex64
