@@ -152,3 +152,111 @@ def test_fd_of_features_whose_squares_overflow_float64_is_refused(tmp_path, run_
     assert_user_error(r, f"{huge}: features reach 1e+308 in magnitude; fd's float64 statistics of 3 samples "
                          "overflow beyond 1.37e+153")
     assert r.stdout == ""
+
+
+def test_precision_and_recall_count_samples_inside_the_other_sets_knn_balls():
+    from jepa_cli.evaluation.fd import precision_recall
+
+    # k = 1 on a line: real 0, 1, 2, 3 have radius 1; fake 0.5 and 3.9 lie inside, 10 does not (2 of 3).
+    # fake radii: 0.5 -> 3.4 (to 3.9), 3.9 -> 3.4, 10 -> 6.1: every real point lies within 3.4 of 0.5 or 3.9
+    real = np.array([[0.0], [1.0], [2.0], [3.0]])
+    fake = np.array([[0.5], [10.0], [3.9]])
+    assert precision_recall(real, fake, k=1) == (2 / 3, 1.0)
+    assert precision_recall(fake, real, k=1) == (1.0, 2 / 3)  # the roles swap
+
+
+def test_precision_and_recall_match_the_definition_on_random_sets():
+    from jepa_cli.evaluation.fd import precision_recall
+
+    rng = np.random.default_rng(0)
+    real, fake = rng.standard_normal((60, 5)), 0.5 * rng.standard_normal((40, 5)) + 0.3
+
+    def inside(manifold, queries, k=3):
+        d = ((manifold[:, None] - manifold[None]) ** 2).sum(-1)
+        radii = np.sort(d, axis=1)[:, k]  # index 0 is the sample itself
+        return float((((queries[:, None] - manifold[None]) ** 2).sum(-1) <= radii[None]).any(axis=1).mean())
+
+    assert precision_recall(real, fake) == pytest.approx((inside(real, fake), inside(fake, real)), abs=1e-12)
+
+
+def test_precision_and_recall_tell_a_collapsed_set_from_a_noisy_one():
+    from jepa_cli.evaluation.fd import precision_recall
+
+    rng = np.random.default_rng(1)
+    real = rng.standard_normal((400, 4))
+    collapsed = real[:20][rng.integers(0, 20, 400)] + 0.01 * rng.standard_normal((400, 4))  # 20 real modes
+    noisy = real + 1.5 * rng.standard_normal((400, 4))
+    p_c, r_c = precision_recall(real, collapsed)
+    p_n, r_n = precision_recall(real, noisy)
+    assert p_c > 0.9 and r_c < 0.3  # faithful but not diverse
+    assert p_n < p_c and r_n > r_c
+
+
+def test_fd_reports_precision_and_recall_of_a_set_with_itself_as_one(tmp_path, run_cli):
+    rng = np.random.default_rng(0)
+    a = _dataset(tmp_path / "a.zarr", rng.standard_normal((40, 4)).astype(np.float32), "latent", "ND")
+    r = run_cli("fd", a, a, "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["precision"], out["recall"], out["k"], out["standardised"]) == (1.0, 1.0, 3, False)
+
+
+def test_standardised_fd_is_the_fd_of_features_scaled_by_the_reference_sets_mean_and_std(tmp_path):
+    from jepa_cli.evaluation.fd import fd_datasets, frechet_distance_of_features
+
+    rng = np.random.default_rng(0)
+    za = rng.standard_normal((50, 3)) * [1.0, 100.0, 0.01] + [0.0, 5.0, -1.0]
+    zb = rng.standard_normal((60, 3)) * [2.0, 80.0, 0.02] + [0.0, 5.0, -1.0]
+    a = _dataset(tmp_path / "a.zarr", za.astype(np.float32), "latent", "ND")
+    b = _dataset(tmp_path / "b.zarr", zb.astype(np.float32), "latent", "ND")
+    fa, fb = za.astype(np.float32).astype(np.float64), zb.astype(np.float32).astype(np.float64)
+    mean, std = fa.mean(axis=0), fa.std(axis=0)
+    expected = frechet_distance_of_features((fa - mean) / std, (fb - mean) / std)
+    result = fd_datasets(a, b, standardise_features=True)
+    assert result["standardised"] and result["fd"] == pytest.approx(expected, rel=1e-9)
+    assert fd_datasets(a, b)["fd"] > 50 * result["fd"]  # unstandardised, the 100-wide feature dominates
+
+
+def test_fd_warns_when_a_set_has_too_few_samples_for_its_dimensions(tmp_path):
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    rng = np.random.default_rng(0)
+    a = _dataset(tmp_path / "a.zarr", rng.standard_normal((6, 8)).astype(np.float32), "latent", "ND")
+    b = _dataset(tmp_path / "b.zarr", rng.standard_normal((12, 8)).astype(np.float32), "latent", "ND")
+    c = _dataset(tmp_path / "c.zarr", rng.standard_normal((16, 8)).astype(np.float32), "latent", "ND")
+    logs = []
+    fd_datasets(a, b, on_log=logs.append)
+    assert logs == [f"{a}: 6 samples of 8-dimensional features: the covariance is singular (rank at most 5); FD "
+                    "compares only the directions the samples span",
+                    f"{b}: 12 samples of 8-dimensional features, fewer than 2 x 8: the covariance estimate is noisy "
+                    "and FD biased upwards; compare sets of equal size only"]
+    logs.clear()
+    fd_datasets(c, c, on_log=logs.append)
+    assert logs == []
+
+
+def test_fd_with_k_not_below_a_sets_sample_count_is_refused(tmp_path, run_cli):
+    a = _dataset(tmp_path / "a.zarr", np.random.default_rng(0).standard_normal((10, 2)).astype(np.float32),
+                 "latent", "ND")
+    b = _dataset(tmp_path / "b.zarr", np.random.default_rng(1).standard_normal((3, 2)).astype(np.float32),
+                 "latent", "ND")
+    assert_user_error(run_cli("fd", a, b, "--k", "3"), f"--k 3 needs 1 <= k < the sample count", f"{b} has 3 samples")
+
+
+def test_fd_standardise_with_a_constant_reference_feature_is_refused(tmp_path, run_cli):
+    z = np.random.default_rng(0).standard_normal((10, 3)).astype(np.float32)
+    z[:, 1] = 0.25
+    a = _dataset(tmp_path / "a.zarr", z, "latent", "ND")
+    assert_user_error(run_cli("fd", a, a, "--standardise"),
+                      f"{a}: --standardise divides by each feature's std in this reference set, but 1 of its 3 "
+                      "features are constant (the first: feature 1)")
+
+
+def test_fd_of_sets_too_small_for_the_default_k_reports_no_precision_or_recall(tmp_path):
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    a = _dataset(tmp_path / "a.zarr", np.arange(6, dtype=np.float32).reshape(3, 2), "latent", "ND")
+    logs = []
+    result = fd_datasets(a, a, on_log=logs.append)
+    assert (result["precision"], result["recall"], abs(result["fd"]) < 1e-9) == (None, None, True)
+    assert f"{a}: 3 samples; precision and recall need more than k = 3 in each set (reported as null)" in logs

@@ -15,23 +15,30 @@ from jepa_cli.cli.complete import complete_datasets, complete_runs
               shell_complete=complete_runs,
               help="Encode image datasets with this JEPA run's target encoder first (FD in its representation space).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True, help="Images per encoder step.")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help="Neighbours that set each sample's ball for precision and recall (Kynkaanniemi et al. 2019; "
+                   "default 3, and null for a set of 3 samples or fewer).")
+@click.option("--standardise", is_flag=True,
+              help="Shift and scale every feature by A's mean and std before FD, precision and recall.")
 @output_options
-def command(a, b, run, batch_size, as_json, verbose, quiet):
-    """Frechet distance between the feature distributions of two datasets.
+def command(a, b, run, batch_size, k, standardise, as_json, verbose, quiet):
+    """Frechet distance, precision and recall between the feature distributions of two datasets.
 
-    Latent datasets are compared as they are ([N, T, D] averaged over T); image datasets as flattened
-    pixels in [0, 1], or with --run as mean-pooled tokens of the run's target encoder (video and audio
-    datasets only so, with a V-JEPA or Audio-JEPA run). Means and covariances in float64; what does
-    not fit in memory is refused before it is read.
+    A is the reference (real samples), B the set compared with it (generated samples). Precision is
+    the share of B's samples inside A's k-nearest-neighbour manifold, recall the share of A's inside
+    B's. Latent datasets are compared as they are ([N, T, D] averaged over T); image datasets as
+    flattened pixels in [0, 1], or with --run as mean-pooled tokens of the run's target encoder
+    (video and audio datasets only so, with a V-JEPA or Audio-JEPA run). Float64 throughout; what
+    does not fit in memory is refused before it is read.
 
     \b
     Examples:
       jepa fd emb-real.zarr emb-samples.zarr --json
-      jepa fd digits-test.zarr samples.zarr --run runs/ijepa
+      jepa fd digits-test.zarr samples.zarr --run runs/ijepa --k 5
     """
     from jepa_cli.evaluation.fd import fd_datasets
 
     with progress_bar("features", None, "samples", quiet=quiet or as_json) as advance:
         result = fd_datasets(a, b, run, batch_size, on_log=lambda m: warn(m, quiet), on_start=advance.set_total,
-                             on_progress=advance)
+                             on_progress=advance, k=k, standardise_features=standardise)
     emit(result, as_json)

@@ -11,8 +11,18 @@ of two exact ways, whichever costs fewer operations:
   (A B^T)^T (A B^T) / c, so the sum is that of the singular values of A B^T [N_a, N_b], over
   sqrt(c); no D x D matrix, O(N_a N_b D).
 
-The memory both need (the features and the chosen method's matrices) is checked before anything of
-that size is allocated.
+Improved precision and recall (Kynkaanniemi et al. 2019, k = 3 in the paper), in the same feature
+space: each set's manifold is the union of balls around its samples, each ball reaching that sample's
+k-th nearest neighbour within its own set. Precision: the share of B's samples (generated) inside A's
+manifold (real, the reference); recall: the share of A's samples inside B's. FD's one number mixes
+both; these two say which one a set lacks (fidelity or diversity). The N_a x N_b distances are taken
+a block of rows at a time (PR_BLOCK_BYTES).
+
+With `standardise`, every feature is first shifted and scaled by the reference set A's mean and std,
+so that no few wide features dominate the distances and the FD.
+
+The memory all of this needs (the features, the chosen method's matrices, the distance blocks) is
+checked before anything of that size is allocated.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ from jepa_cli.errors import InputError
 READ_BYTES = 64 << 20  # float64 bytes of features read per step of a pass over a stored array
 COVARIANCE_MATRICES = 8  # D x D float64 matrices alive at once: S_a, S_b, eigh's vectors and workspace, ...
 GRAM_MATRICES = 3  # N_a x N_b float64 matrices alive at once: A B^T and the SVD's workspace
+PR_BLOCK_BYTES = 64 << 20  # float64 bytes of one block of pairwise distances (precision and recall)
+PR_K = 3  # Kynkaanniemi et al. 2019, Sec. 3 (k = 3 is their default)
 
 
 def _psd_sqrt(s: np.ndarray) -> np.ndarray:
@@ -76,6 +88,96 @@ def frechet_distance_of_features(fa: np.ndarray, fb: np.ndarray, method: str | N
     diff = mu_a - mu_b
     traces = float(np.vdot(fa, fa)) / (n_a - 1) + float(np.vdot(fb, fb)) / (n_b - 1)
     return float(max(diff @ diff + traces - 2.0 * tr_sqrt, 0.0))
+
+
+def _squared_norms(x: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", x, x)
+
+
+def _block_rows(n: int) -> int:
+    """Rows of a block of distances to n points that fit in PR_BLOCK_BYTES (two such arrays live)."""
+    return max(1, PR_BLOCK_BYTES // (2 * 8 * max(n, 1)))
+
+
+def _squared_distances(x: np.ndarray, x_norms: np.ndarray, y: np.ndarray, y_norms: np.ndarray) -> np.ndarray:
+    """|x_i - y_j|^2 [len(x), len(y)] as |x|^2 + |y|^2 - 2 x.y, clipped at 0 (rounding can go below)."""
+    d = x @ y.T
+    d *= -2.0
+    d += x_norms[:, None]
+    d += y_norms[None, :]
+    return np.maximum(d, 0.0, out=d)
+
+
+def knn_radii(x: np.ndarray, k: int) -> np.ndarray:
+    """Squared distance from each row of x [N, D] to its k-th nearest other row (the sample itself,
+    at distance 0, is not counted), computed a block of rows at a time; needs k < N."""
+    norms = _squared_norms(x)
+    out = np.empty(len(x))
+    rows = _block_rows(len(x))
+    for a in range(0, len(x), rows):
+        d = _squared_distances(x[a:a + rows], norms[a:a + rows], x, norms)
+        d[np.arange(len(d)), np.arange(a, a + len(d))] = -1.0  # itself: sorted first, never counted
+        out[a:a + rows] = np.partition(d, k, axis=1)[:, k]
+    return out
+
+
+def coverage(manifold: np.ndarray, radii: np.ndarray, queries: np.ndarray) -> float:
+    """The share of `queries` [M, D] inside the union of the balls around `manifold`'s rows [N, D]
+    (squared radii [N]; a point on a ball's edge is inside)."""
+    norms, q_norms = _squared_norms(manifold), _squared_norms(queries)
+    inside = 0
+    rows = _block_rows(len(manifold))
+    for a in range(0, len(queries), rows):
+        d = _squared_distances(queries[a:a + rows], q_norms[a:a + rows], manifold, norms)
+        inside += int(np.count_nonzero((d <= radii[None, :]).any(axis=1)))
+    return inside / len(queries)
+
+
+def precision_recall_bytes(n_a: int, n_b: int) -> int:
+    """The bytes precision_recall needs beyond the features: one block of distances and its partition
+    or comparison (two arrays of a block's rows), the norms and the radii."""
+    n = max(n_a, n_b)
+    return 2 * 8 * n * min(n, _block_rows(n)) + 3 * 8 * (n_a + n_b)
+
+
+def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = PR_K) -> tuple[float, float]:
+    """Improved precision and recall (Kynkaanniemi et al. 2019, eq. 1-2) of `fake` [N_b, D] against
+    `real` [N_a, D]: (the share of fake samples inside real's k-NN manifold, the share of real
+    samples inside fake's). InputError unless k < both sample counts."""
+    for name, x in (("the reference set (A)", real), ("the compared set (B)", fake)):
+        if not 1 <= k < len(x):
+            raise InputError(f"--k {k} needs 1 <= k < the sample count; {name} has {len(x)} samples")
+    return coverage(real, knn_radii(real, k), fake), coverage(fake, knn_radii(fake, k), real)
+
+
+def standardise(fa: np.ndarray, fb: np.ndarray, name_a: str) -> None:
+    """Shifts and scales both feature sets in place by the reference set fa's per-feature mean and
+    std (ddof 0); InputError naming the first feature that is constant in fa (its std is 0)."""
+    mean = fa.mean(axis=0)
+    std = fa.std(axis=0)
+    constant = np.flatnonzero(std == 0.0)
+    if len(constant):
+        raise InputError(f"{name_a}: --standardise divides by each feature's std in this reference set, but "
+                         f"{len(constant)} of its {fa.shape[1]} features are constant (the first: feature "
+                         f"{int(constant[0])}); drop --standardise")
+    for f in (fa, fb):
+        f -= mean
+        f /= std
+
+
+def sample_count_warnings(n_a: int, n_b: int, dim: int, names: tuple[str, str]) -> list[str]:
+    """Warnings for sample counts too small for dim-dimensional FD statistics: fewer samples than
+    dimensions (a singular covariance: FD then compares at most N - 1 directions), or fewer than
+    2 x dim (a covariance estimate that noisy biases FD upwards, Chong & Forsyth 2020)."""
+    out = []
+    for name, n in zip(names, (n_a, n_b)):
+        if n < dim:
+            out.append(f"{name}: {n} samples of {dim}-dimensional features: the covariance is singular (rank at "
+                       f"most {n - 1}); FD compares only the directions the samples span")
+        elif n < 2 * dim:
+            out.append(f"{name}: {n} samples of {dim}-dimensional features, fewer than 2 x {dim}: the covariance "
+                       "estimate is noisy and FD biased upwards; compare sets of equal size only")
+    return out
 
 
 def _dataset(path: str | os.PathLike, has_run: bool) -> SimpleNamespace:
@@ -180,16 +282,31 @@ def _features(ds: SimpleNamespace, dim: int, encoder: SimpleNamespace | None,
 
 def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, batch_size: int = 128,
                 on_log: Callable[[str], None] | None = None, on_start: Callable[[int], None] | None = None,
-                on_progress: Callable[[int], None] | None = None, load_run: Callable | None = None) -> dict[str, Any]:
-    """FD between the feature distributions of datasets `a` and `b` (see `_feature_dim`); returns
-    {"fd", "n_a", "n_b", "dim", "method"}. Everything is checked (the datasets, the run, the memory)
-    before features are read; `on_start(samples)` then gives the work, `on_progress(samples)` its
-    course. `load_run`: what loads the run (default `jepa_cli.training.run.load_run`)."""
+                on_progress: Callable[[int], None] | None = None, load_run: Callable | None = None,
+                k: int | None = None, standardise_features: bool = False) -> dict[str, Any]:
+    """FD, precision and recall between the feature distributions of datasets `a` (the reference)
+    and `b` (see `_feature_dim`; `k` for precision_recall; `standardise_features`: by a's mean and
+    std first); returns {"fd", "precision", "recall", "k", "standardised", "n_a", "n_b", "dim",
+    "method"}. A k given is refused unless both sets have more samples; the default (PR_K) on a set
+    that small gives precision and recall None, with a warning. Everything is checked (the datasets,
+    the run, k, the memory) before features are read; `on_start(samples)` then gives the work,
+    `on_progress(samples)` its course, `on_log` the warnings. `load_run`: what loads the run (default
+    `jepa_cli.training.run.load_run`)."""
     log = on_log or (lambda message: None)
     sets = [_dataset(a, run is not None), _dataset(b, run is not None)]
     for ds in sets:
         if ds.n < 2:
             raise InputError(f"{ds.path}: fd needs at least 2 samples, got {ds.n}")
+    warnings = []  # said once everything is checked: a refused command prints only its error line
+    for ds in sets:
+        if k is not None and not 1 <= k < ds.n:
+            raise InputError(f"--k {k} needs 1 <= k < the sample count (a sample's k-th neighbour in its own set); "
+                             f"{ds.path} has {ds.n} samples")
+        if k is None and ds.n <= PR_K:
+            warnings.append(f"{ds.path}: {ds.n} samples; precision and recall need more than k = {PR_K} in each set "
+                            "(reported as null)")
+    with_pr = not warnings
+    k = PR_K if k is None else k
     encoder = _load_encoder(run, batch_size, log, load_run) if run is not None else None
     if encoder is not None:
         encoder.batch_size = min(batch_size, max(ds.n for ds in sets))  # one compiled shape for both
@@ -198,7 +315,7 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
         raise InputError(f"{a} has {dims[0]}-dimensional features, {b} has {dims[1]}; fd needs the same")
     dim, (n_a, n_b) = dims[0], (sets[0].n, sets[1].n)
     method, work_bytes = fd_method(n_a, n_b, dim)
-    need, free = (n_a + n_b) * dim * 8 + work_bytes, store.available_memory()
+    need, free = (n_a + n_b) * dim * 8 + max(work_bytes, precision_recall_bytes(n_a, n_b)), store.available_memory()
     if free is not None and need > free:
         raise InputError(f"{a} and {b}: fd of {dim}-dimensional features ({n_a} + {n_b} samples, float64, and the "
                          f"{method} method's matrices) needs about {store.format_bytes(need)} of memory but "
@@ -215,5 +332,12 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
         if peak > limit:
             raise InputError(f"{ds.path}: features reach {peak:.3g} in magnitude; fd's float64 statistics of "
                              f"{ds.n} samples overflow beyond {limit:.3g}")
+    if standardise_features:
+        standardise(fa, fb, str(a))
+    for message in dict.fromkeys(warnings + sample_count_warnings(n_a, n_b, dim, (str(a), str(b)))):
+        log(message)
+    precision, recall = precision_recall(fa, fb, k) if with_pr else (None, None)  # before FD: it centres fa, fb
     value = frechet_distance_of_features(fa, fb, method)
-    return {"fd": value, "n_a": int(n_a), "n_b": int(n_b), "dim": int(dim), "method": method}
+    return {"fd": value, "precision": precision, "recall": recall, "k": int(k),
+            "standardised": bool(standardise_features), "n_a": int(n_a), "n_b": int(n_b), "dim": int(dim),
+            "method": method}
