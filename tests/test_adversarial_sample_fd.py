@@ -240,7 +240,7 @@ def test_fd_with_k_not_below_a_sets_sample_count_is_refused(tmp_path, run_cli):
                  "latent", "ND")
     b = _dataset(tmp_path / "b.zarr", np.random.default_rng(1).standard_normal((3, 2)).astype(np.float32),
                  "latent", "ND")
-    assert_user_error(run_cli("fd", a, b, "--k", "3"), f"--k 3 needs 1 <= k < the sample count", f"{b} has 3 samples")
+    assert_user_error(run_cli("fd", a, b, "--k", "3"), "--k 3 needs 1 <= k < the sample count", f"{b} has 3 samples")
 
 
 def test_fd_standardise_with_a_constant_reference_feature_is_refused(tmp_path, run_cli):

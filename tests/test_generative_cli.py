@@ -435,5 +435,6 @@ def test_edm_print_config_shows_the_sigma_data_and_preset_taken_from_latents(tmp
                 "--batch-size", "8", "--steps", "1", "--print-config")
     assert r.exit_code == 0, r.stderr
     table = tomllib.loads(r.stdout)["diffusion"]
-    assert (table["sigma_data"], table["edm_preset"], table["p_mean"], table["p_std"]) == (1.0, "edm2-latent", -0.4, 1.0)
+    assert (table["sigma_data"], table["edm_preset"], table["p_mean"], table["p_std"]) == \
+        (1.0, "edm2-latent", -0.4, 1.0)
     assert table["edm_logvar"] is False
