@@ -59,7 +59,8 @@ def measure(args) -> dict:
         for name, pattern in PATTERNS.items():
             r = bench(pattern, length, args.width, args.depth, args.heads, args.state, args.repeats)
             base = base or r
-            rows.append({"mixer": name, "tokens": length, "ms": r["seconds"] * 1e3, "temp_mib": (r["temp_bytes"] or 0) / 2**20,
+            rows.append({"mixer": name, "tokens": length, "ms": r["seconds"] * 1e3,
+                         "temp_mib": (r["temp_bytes"] or 0) / 2**20,
                          "time_vs_attn": r["seconds"] / base["seconds"],
                          "memory_vs_attn": (r["temp_bytes"] or 0) / max(base["temp_bytes"] or 1, 1)})
     crossover = {name: next((r["tokens"] for r in rows if r["mixer"] == name and r["time_vs_attn"] < 1.0), None)
