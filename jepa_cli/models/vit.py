@@ -275,7 +275,7 @@ def to_scan_order(x, positions, valid, grid: tuple[int, ...], order: str):
 
 
 def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state):
-    """`depth` blocks; mixers None: all attention (the ViT, built exactly as before mixers existed)."""
+    """`depth` blocks; mixers None: all attention, the ViT's blocks in the official parameter order."""
     if mixers is None:
         return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)])
     if len(mixers) != depth:
