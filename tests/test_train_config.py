@@ -162,7 +162,7 @@ def test_every_flagged_objective_field_is_a_train_option_and_no_other_objective_
     flagged = {f.name for cls in (IJEPAConfig, MultiBlockConfig, GenerativeConfig) for f in dataclasses.fields(cls)
                if f.metadata.get("flag")}
     command_only = {"config_path", "print_config", "resume", "force", "coordinator", "num_processes", "process_id",
-                    "as_json", "verbose", "quiet"}
+                    "as_json", "verbose", "quiet", "allow_new_data"}
     trainer_keys = {f.name for f in TRAINER_FIELDS}
     assert _train_option_names() - trainer_keys - command_only == flagged
     assert len(flagged) == 40  # 32 + var_weight, var_target, cov_weight, mixer, ssm_state, scan_order, edm_*
