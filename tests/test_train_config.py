@@ -3,6 +3,7 @@ help with its default), the layers' order, choices checked before JAX, and the p
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -227,3 +228,44 @@ def test_a_non_positive_model_size_is_one_line_and_writes_nothing(run_cli, digit
                 *[a.format(recipe=recipe) for a in args])
     assert_user_error(r, message)
     assert not run.exists()
+
+
+def _toy_images(path):
+    import numpy as np
+
+    from jepa_cli.data import store
+
+    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(path / "inputs", np.random.default_rng(0).integers(0, 256, (32, 8, 8, 1), dtype=np.uint8))
+    return path
+
+
+TOY_RUN = ["train", "--objective", "toy_objective:make", "--mesh", "data=1", "--batch-size", "16"]
+
+
+def test_a_warmup_as_long_as_the_run_is_warned_naming_both_and_kept(run_cli, tmp_path):
+    data, run = _toy_images(tmp_path / "toy.zarr"), tmp_path / "run"
+    r = run_cli(*TOY_RUN, "--data", data, "--out", run, "--steps", "3", "--warmup-steps", "3", "--json")
+    assert r.exit_code == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("jepa: warning:")]
+    assert warnings == ["jepa: warning: warmup_steps 3 is not shorter than the run's 3 updates: the learning rate "
+                        "never reaches lr; set --warmup-steps (e.g. 1)"]
+    assert json.loads((run / "run.json").read_text())["lengths"]["warmup_steps"] == 3
+
+
+def test_a_warmup_shorter_than_the_run_or_a_run_of_no_update_is_not_warned(run_cli, tmp_path):
+    data = _toy_images(tmp_path / "toy.zarr")
+    for steps, warmup in (("3", "2"), ("0", "200")):
+        r = run_cli(*TOY_RUN, "--data", data, "--out", tmp_path / f"run{steps}", "--steps", steps,
+                    "--warmup-steps", warmup, "--json")
+        assert r.exit_code == 0, r.stderr
+        assert "warning" not in r.stderr
+
+
+def test_the_warmup_warning_suggests_the_default_share_of_the_run():
+    from jepa_cli.training.config import warmup_warning
+
+    assert warmup_warning({"steps": 150, "warmup_steps": 200}) == (
+        "warmup_steps 200 is not shorter than the run's 150 updates: the learning rate never reaches lr; "
+        "set --warmup-steps (e.g. 20)")
+    assert warmup_warning({"steps": 150, "warmup_steps": 149}) is None

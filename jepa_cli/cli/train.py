@@ -7,7 +7,7 @@ import time
 import click
 
 from jepa_cli import options
-from jepa_cli.cli.common import emit, output_options
+from jepa_cli.cli.common import emit, output_options, warn
 from jepa_cli.cli.complete import complete_datasets, complete_recipes, complete_runs
 from jepa_cli.errors import InputError, JepaError
 from jepa_cli.masks.config import MultiBlockConfig
@@ -196,6 +196,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
             task.update(line_step=m["step"], line_t=now)  # the next line's rate covers the updates since this one
 
     callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=log,
+                          on_warning=lambda message: warn(message, quiet or not main),
                           on_checkpoint=(lambda s: log(f"checkpoint {s}")) if verbose else (lambda s: None))
     try:
         summary = train(config, callbacks=callbacks, resume=resume, force=force, allow_new_data=allow_new_data)

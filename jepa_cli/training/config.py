@@ -265,6 +265,20 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
             "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale)}
 
 
+def warmup_warning(lengths: dict[str, Any]) -> str | None:
+    """The warning for a run whose learning rate never reaches its peak: a warmup (in updates) that is
+    not shorter than the run's length, which a short run of a long recipe (`--steps 150` on a warmup
+    of 200) gives without a word otherwise. The warmup is kept as set (run.json records what was asked
+    for); the line suggests the default share, 40/300 of the run. None when the warmup fits, or for a
+    run of no update (`--steps 0`, a random-init baseline)."""
+    steps, warmup = lengths["steps"], lengths["warmup_steps"]
+    if steps <= 0 or warmup < steps:
+        return None
+    suggested = max(1, int(steps * 40 / 300))
+    return (f"warmup_steps {warmup} is not shorter than the run's {steps} updates: the learning rate never "
+            f"reaches lr; set --warmup-steps (e.g. {suggested})")
+
+
 def env_layer(environ: dict[str, str], other_options: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The trainer keys set by JEPA_TRAIN_<KEY> variables (JEPA_TRAIN_BATCH_SIZE=256, JEPA_TRAIN_BETAS=0.9,0.95,
     JEPA_TRAIN_ASYNC_CHECKPOINTING=false); an empty value is not set. A JEPA_TRAIN_ variable that names

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.errors import InputError, JepaError, Terminated, storage_failure
-from jepa_cli.training.config import TrainConfig, resolve_lengths
+from jepa_cli.training.config import TrainConfig, resolve_lengths, warmup_warning
 from jepa_cli.training.run import METRICS_FILE, RUN_FILE, MetricsWriter
 
 
@@ -46,6 +46,7 @@ class Callbacks:
     on_start: Callable[[dict], None] = _noop  # {"run", "start_step", "steps", "mesh", "devices", ...}
     on_step: Callable[[dict], None] = _noop  # host metrics of every step
     on_log: Callable[[str], None] = _noop  # a message worth showing (warnings, checkpoints)
+    on_warning: Callable[[str], None] = _noop  # a `jepa: warning:` line: the run goes on, but not as the user meant
     on_checkpoint: Callable[[int], None] = _noop
     after_step: Callable[[int], None] = _noop  # after step N is done (tests use it to send signals)
 
@@ -303,6 +304,9 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
     created = main and not plan.out.exists()
     lock, mode = _lock_run(plan.out, main, plan.mode, resume, force)
     try:
+        warning = warmup_warning(plan.lengths)  # told once everything was checked: a refusal stays one line
+        if warning:
+            cb.on_warning(warning)
         return _train_locked(config, plan, mode, cb, main)
     finally:
         if lock is not None:
