@@ -227,6 +227,21 @@ def test_idx_with_a_wrong_magic_number_is_refused(run_cli, tmp_path):
     assert nothing_written(tmp_path, "o.zarr")
 
 
+def test_one_image_file_is_a_dataset_of_one_sample(run_cli, tmp_path):
+    pixels = np.arange(6 * 4 * 3, dtype=np.uint8).reshape(6, 4, 3)
+    Image.fromarray(pixels).save(tmp_path / "photo.png")
+    result = run_cli("ingest", tmp_path / "photo.png", tmp_path / "one.zarr")
+    assert result.exit_code == 0, result.stderr
+    assert read(tmp_path / "one.zarr" / "inputs").tolist() == [pixels.tolist()]
+
+
+def test_a_file_of_no_known_kind_is_refused_saying_what_source_may_be(run_cli, tmp_path):
+    (tmp_path / "notes.txt").write_text("hello world")
+    assert_user_error(run_cli("ingest", tmp_path / "notes.txt", tmp_path / "o.zarr"), "notes.txt: not an IDX file",
+                      "SOURCE may be a folder of images, an image file (", ".npy or .npz", "builtin:NAME")
+    assert nothing_written(tmp_path, "o.zarr")
+
+
 def test_existing_output_is_not_overwritten_without_force(run_cli, tmp_path):
     out = tmp_path / "d.zarr"
     run_cli("ingest", "builtin:digits", out, "--limit", "4")

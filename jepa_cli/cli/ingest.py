@@ -46,8 +46,8 @@ def command(source, out, labels_path, size, channels, sample_rate, seconds, labe
     """Put images, video clips, audio or arrays into a dataset directory (zarr v3).
 
     SOURCE is a folder of images (ROOT/<class>/* gives labels), a folder of audio files (wav, flac,
-    ogg, at any depth; ROOT/<class>/... gives labels, or --labels CSV, or --label-regex), a
-    .npy/.npz file, an IDX file (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins).
+    ogg, at any depth; ROOT/<class>/... gives labels, or --labels CSV, or --label-regex), one image
+    file (a dataset of one sample), a .npy/.npz file, an IDX file (MNIST's format, .gz or not) or builtin:NAME (see --list-builtins).
     Video: a video file, a folder of them or of frame folders (ROOT/<class>/<clip>/*.png), a
     [N, T, H, W, C] array; a video shorter than one clip is padded with its last frame (skipped
     with --skip-bad).

@@ -1,4 +1,4 @@
-"""Where `jepa ingest` reads samples from: image folders, .npy/.npz arrays, IDX files, built-ins.
+"""Where `jepa ingest` reads samples from: image folders or files, .npy/.npz arrays, IDX files, built-ins.
 
 A `Source` knows how many samples it has and their labels up front (cheap: file listings and
 label files only) and decodes one sample at a time, so a folder of a million images is never
@@ -57,7 +57,7 @@ class Source:
 
 
 def open_source(spec: str, labels_path: str | None = None, clip: Any = None) -> Source:
-    """Opens `spec`: `builtin:NAME`, a folder of images, a .npy/.npz file or an IDX file (maybe .gz),
+    """Opens `spec`: `builtin:NAME`, a folder of images, one image, a .npy/.npz file or an IDX file (maybe .gz),
     or video (data/video.py): a video file, a folder of videos or frame folders, a [N, T, H, W, C]
     array. `clip` (video.ClipOptions) says how clips are cut; set options are refused for images."""
     source = _open_source(spec, labels_path, clip)
@@ -97,8 +97,10 @@ def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
         source = _npz(path, clip)
     elif name.endswith(".npy"):
         source = _array_source(path, load_npy(path), str(path), clip)
+    elif path.suffix.lower() in IMAGE_EXTENSIONS:
+        source = _image_files(path, [path], None, [])  # one image: a dataset of one sample
     else:
-        source = _array_source(path, read_idx(path), str(path))
+        source = _array_source(path, read_idx(path, SOURCE_KINDS), str(path))
     source.paths = [path]
     if labels_path is not None:
         source.labels, source.class_names = _labels_with_names(load_labels(labels_path), labels_path)
@@ -151,6 +153,11 @@ def _image_folder(root: Path) -> Source:
     if not files:
         raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))}), nor audio files "
                          "(.flac, .ogg, .wav) at any depth")
+    return _image_files(root, files, label_array, class_names)
+
+
+def _image_files(where: Path, files: list[Path], label_array: np.ndarray | None, class_names: list[str]) -> Source:
+    """The images `files` (decoded one at a time by Pillow) as a source described as `where`."""
 
     def read(i: int):
         from PIL import Image
@@ -163,7 +170,7 @@ def _image_folder(root: Path) -> Source:
         return image
 
     # names as UTF-8 (store.utf8_text): they reach attributes, --json and error messages
-    return Source(utf8_text(str(root)), len(files), read, lambda i: utf8_text(str(files[i])), label_array,
+    return Source(utf8_text(str(where)), len(files), read, lambda i: utf8_text(str(files[i])), label_array,
                   utf8_text(class_names))
 
 
@@ -280,11 +287,18 @@ def to_uint8(sample: np.ndarray, name: str) -> np.ndarray:
     raise BadSample(f"{name}: unsupported pixel dtype {sample.dtype}")
 
 
-def read_idx(path: Path) -> np.ndarray:
+SOURCE_KINDS = (f"SOURCE may be a folder of images, an image file ({', '.join(sorted(IMAGE_EXTENSIONS))}), "
+                "a .npy or .npz array, an IDX file (maybe .gz), a video file or folder, a folder of audio files "
+                "or builtin:NAME")  # every file that matches none of the others is read as IDX
+
+
+def read_idx(path: Path, otherwise: str = "") -> np.ndarray:
     """Reads an IDX file (MNIST's format), gzipped or not: magic 0x0000TTDD, then DD big-endian sizes.
+    `otherwise` ends the message of a file that is not IDX (what else the file could have been).
 
     The data is read only after the memory its header announces has been checked (a small .gz may
     unpack to gigabytes), and never past those bytes."""
+    tail = f"; {otherwise}" if otherwise else ""
     from jepa_cli.data import store
 
     opener = gzip.open if path.name.lower().endswith(".gz") else open
@@ -292,13 +306,13 @@ def read_idx(path: Path) -> np.ndarray:
         with opener(path, "rb") as handle:
             magic = handle.read(4)
             if len(magic) < 4:
-                raise InputError(f"{path}: not an IDX file (too short)")
+                raise InputError(f"{path}: not an IDX file (too short){tail}")
             zero, type_code, ndim = struct.unpack(">HBB", magic)
             if zero != 0 or type_code not in IDX_DTYPES or not 1 <= ndim <= 4:
-                raise InputError(f"{path}: not an IDX file (wrong magic number 0x{magic.hex()})")
+                raise InputError(f"{path}: not an IDX file (wrong magic number 0x{magic.hex()}){tail}")
             sizes = handle.read(4 * ndim)
             if len(sizes) < 4 * ndim:
-                raise InputError(f"{path}: not an IDX file (too short)")
+                raise InputError(f"{path}: not an IDX file (too short){tail}")
             shape = struct.unpack(f">{ndim}I", sizes)
             dtype = np.dtype(IDX_DTYPES[type_code])
             expected = math.prod(shape) * dtype.itemsize
