@@ -188,6 +188,38 @@ def test_info_describes_a_dataset(run_cli, tmp_path):
 
 # --- bad input: exit 2, one line, nothing written ------------------------------------------------
 
+def _latent_set(path: Path, shift: list) -> Path:
+    from jepa_cli.data import store
+
+    store.write_group(path, store.base_attributes("dataset", modality="latent", layout="ND", class_names=[],
+                                                  latent_shift=shift, latent_scale=[2.0] * 64))
+    store.write_array(path / "inputs", np.zeros((2, 64), np.float32))
+    return path
+
+
+def test_info_summarises_a_latent_sets_per_channel_lists_in_one_line_each(run_cli, tmp_path):
+    shift = [i / 64 for i in range(64)]
+    r = run_cli("info", _latent_set(tmp_path / "lat.zarr", shift))
+    assert r.exit_code == 0, r.stderr
+    text = " ".join(r.stdout.split())  # the table wraps long cells
+    assert '"latent_shift": "64 values, mean 0.492, range [0, 0.984]"' in text
+    assert '"latent_scale": "64 values, mean 2, range [2, 2]"' in text
+    assert len(r.stdout.splitlines()) < 20
+
+
+def test_info_json_keeps_every_value_of_a_latent_sets_lists(run_cli, tmp_path):
+    shift = [i / 64 for i in range(64)]
+    r = run_cli("info", _latent_set(tmp_path / "lat.zarr", shift), "--json")
+    assert json.loads(r.stdout)["attributes"]["latent_shift"] == shift
+
+
+def test_a_short_or_non_numeric_list_is_not_summarised_and_nan_is_counted():
+    from jepa_cli.data.describe import numbers_summary
+
+    assert numbers_summary([1.0] * 8) is None and numbers_summary(["a"] * 9) is None
+    assert numbers_summary([1, 2, 3, None, 5, 6, 7, 8, 9]) == "9 values, mean 5.12, range [1, 9], 1 not finite"
+
+
 def test_missing_source_is_refused(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", tmp_path / "nope", tmp_path / "o.zarr"), "nope", "no such file")
     assert nothing_written(tmp_path, "o.zarr")

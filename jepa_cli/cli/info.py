@@ -49,8 +49,12 @@ def command(path: str, png_path: str | None, samples: int, force: bool, as_json:
 
 
 def _human(description: dict[str, Any]) -> None:
+    from jepa_cli.data.describe import summarise_long_lists
+
     flat: dict[str, Any] = {}
     for key, value in description.items():
+        if key == "attributes":
+            value = summarise_long_lists(value)
         if key in ("label_histogram", "loss_curve"):
             continue
         if isinstance(value, dict) and key != "attributes":

@@ -54,6 +54,37 @@ def json_finite(value: Any) -> Any:
     return value
 
 
+LONGEST_LIST_SHOWN = 8  # a numeric list longer than this is summarised in the human output
+
+
+def numbers_summary(values: list[Any]) -> str | None:
+    """`64 values, mean 0.0123, range [-0.31, 0.402]` for a list of more than LONGEST_LIST_SHOWN numbers
+    (a latent set's per-channel latent_shift / latent_scale), which printed in full fills a screen;
+    None for any other value. A None in the list (json_finite's stand-in for NaN) is counted apart."""
+    if not isinstance(values, list) or len(values) <= LONGEST_LIST_SHOWN:
+        return None
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return None
+    numbers = [float(v) for v in values if v is not None]
+    if not numbers:
+        return None
+    text = (f"{len(values)} values, mean {sum(numbers) / len(numbers):.3g}, "
+            f"range [{min(numbers):.3g}, {max(numbers):.3g}]")
+    missing = len(values) - len(numbers)
+    return text + (f", {missing} not finite" if missing else "")
+
+
+def summarise_long_lists(value: Any) -> Any:
+    """`value` with every long numeric list inside it replaced by its numbers_summary, recursively:
+    what `jepa info` prints for humans (`--json` keeps every value)."""
+    if isinstance(value, dict):
+        return {key: summarise_long_lists(item) for key, item in value.items()}
+    if isinstance(value, list):
+        summary = numbers_summary(value)
+        return summary if summary is not None else [summarise_long_lists(item) for item in value]
+    return value
+
+
 def array_summary(path: Path) -> dict[str, Any]:
     """Shape, dtype and chunking of one zarr v3 array, from its metadata alone."""
     meta = store.read_metadata(path, "array")
