@@ -173,3 +173,33 @@ def test_info_histogram_of_unnamed_labels_counts_the_labels_present(tmp_path, ru
     r = run_cli("info", data, "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["label_histogram"] == {"0": 2, "2147483647": 1}
+
+
+def _fake_run(path: Path) -> Path:
+    """A run directory holding three logged rows: enough to plot."""
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({"jepa_kind": "run", "config": {"objective": "ijepa"},
+                                               "lengths": {"steps": 3}, "status": "finished"}))
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2, 3)))
+    return path
+
+
+def test_plot_labels_runs_of_one_name_by_the_shortest_distinct_end_of_their_paths(tmp_path, run_cli):
+    runs = [_fake_run(tmp_path / "a" / "run"), _fake_run(tmp_path / "b" / "run"), _fake_run(tmp_path / "c" / "solo")]
+    r = run_cli("plot", *runs, "-o", tmp_path / "c.png", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["labels"] == ["a/run", "b/run", "solo"]
+
+
+def test_plot_label_names_each_run_in_order(tmp_path, run_cli):
+    runs = [_fake_run(tmp_path / "a" / "run"), _fake_run(tmp_path / "b" / "run")]
+    r = run_cli("plot", *runs, "-o", tmp_path / "c.png", "--label", "baseline", "--label", "wider", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["labels"] == ["baseline", "wider"]
+
+
+def test_plot_with_a_label_count_other_than_the_run_count_is_refused(tmp_path, run_cli):
+    runs = [_fake_run(tmp_path / "a" / "run"), _fake_run(tmp_path / "b" / "run")]
+    assert_user_error(run_cli("plot", *runs, "-o", tmp_path / "c.png", "--label", "baseline"),
+                      "--label given 1 time(s) for 2 run(s)")
+    assert not (tmp_path / "c.png").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,26 @@ MAX_PANELS = 24  # one figure stays readable and its memory bounded (a panel is 
 LOG_SCALE = {"loss", "lr", "repr_std", "repr_cov_offdiag", "target_std"}  # positive and spanning decades
 
 
+def run_labels(runs: list[str | Path]) -> list[str]:
+    """Each run's legend label: the shortest suffix of its path that no other run's path ends with
+    (`a/run` and `b/run` for two runs both named `run`, `run` alone when the name is unique). A run
+    given twice gets the same label both times."""
+    parts = [Path(os.path.abspath(run)).parts for run in runs]
+    labels = []
+    for i, own in enumerate(parts):
+        others = [p for j, p in enumerate(parts) if j != i and p != own]
+        k = next((k for k in range(1, len(own) + 1) if all(p[-k:] != own[-k:] for p in others)), len(own))
+        labels.append(str(Path(*own[-k:])) if k < len(own) else str(runs[i]))
+    return labels
+
+
 def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ...] | None = None,
-              force: bool = False) -> dict[str, Any]:
-    """One panel per metric against the update step, every run overlaid (labelled by its folder name),
-    written atomically to `output` (a PNG). `metrics` None: those of DEFAULT_METRICS that some run
-    logged (a flow run logs no representation statistics). A metric named that no run logged is an
-    InputError naming it. Returns {"png", "runs", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
+              force: bool = False, labels: list[str] | None = None) -> dict[str, Any]:
+    """One panel per metric against the update step, every run overlaid, written atomically to
+    `output` (a PNG). Runs are labelled `labels` (one per run, in order), else by run_labels.
+    `metrics` None: those of DEFAULT_METRICS that some run logged (a flow run logs no representation
+    statistics). A metric named that no run logged is an InputError naming it. Returns {"png", "runs",
+    "labels", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
     from jepa_cli.data import store
     from jepa_cli.training.run import read_metrics, read_run
 
@@ -30,16 +45,19 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     metrics = tuple(dict.fromkeys(metrics if chosen else DEFAULT_METRICS))  # a metric named twice gets one panel
     if len(metrics) > MAX_PANELS:
         raise InputError(f"--metrics names {len(metrics)} metrics; at most {MAX_PANELS} panels fit one picture")
+    if labels is not None and len(labels) != len(runs):
+        raise InputError(f"--label given {len(labels)} time(s) for {len(runs)} run(s): one per run, in order")
+    labels = list(labels) if labels is not None else run_labels(runs)
     store.check_output_file(output, force, store.PNG_MAGIC, "PNG picture")
     store.check_disjoint(output, runs)  # a run holds only what `jepa train` wrote there
-    series: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
+    series: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # run -> (label, rows); a run given twice is drawn once
+    for run, label in zip(runs, labels):
         read_run(run)  # a folder that is not a run is refused by name
         rows = read_metrics(run)
         if not rows:
             raise InputError(f"{run}: no metrics logged yet (metrics.jsonl is empty or missing)")
-        series[str(run)] = rows
-    missing = [m for m in metrics if not any(m in row for rows in series.values() for row in rows)]
+        series.setdefault(str(run), (label, rows))
+    missing = [m for m in metrics if not any(m in row for _, rows in series.values() for row in rows)]
     if not chosen and len(missing) < len(metrics):
         metrics, missing = tuple(m for m in metrics if m not in missing), []
     if missing:
@@ -58,12 +76,12 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     figure, axes = plt.subplots(rows_of_panels, columns, figsize=(4.2 * columns, 3.0 * rows_of_panels),
                                 squeeze=False, dpi=100)
     for panel, metric in zip(axes.flat, metrics):
-        for name, rows in series.items():
+        for label, rows in series.values():
             points = [(row["step"], row[metric]) for row in rows
                       if isinstance(row.get(metric), (int, float)) and math.isfinite(row[metric])]
             if points:
                 steps, values = zip(*points)
-                panel.plot(steps, values, label=Path(name).name, linewidth=1.2)
+                panel.plot(steps, values, label=label, linewidth=1.2)
                 if metric in LOG_SCALE and min(values) > 0:
                     panel.set_yscale("log")
         panel.set_title(metric, fontsize=10)
@@ -78,5 +96,5 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: same bytes on rerun
     plt.close(figure)
     store.write_file(output, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
-    return {"png": str(output), "runs": [str(r) for r in runs], "metrics": list(metrics),
-            "rows": {str(r): len(rows) for r, rows in series.items()}}
+    return {"png": str(output), "runs": [str(r) for r in runs], "labels": labels, "metrics": list(metrics),
+            "rows": {run: len(rows) for run, (_, rows) in series.items()}}
