@@ -269,3 +269,17 @@ def test_the_warmup_warning_suggests_the_default_share_of_the_run():
         "warmup_steps 200 is not shorter than the run's 150 updates: the learning rate never reaches lr; "
         "set --warmup-steps (e.g. 20)")
     assert warmup_warning({"steps": 150, "warmup_steps": 149}) is None
+
+
+def test_a_run_of_no_update_draws_no_progress_bar_on_a_terminal(run_cli, tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from jepa_cli.cli import common
+
+    monkeypatch.setattr(common, "stderr_console", lambda quiet=False: Console(stderr=True, quiet=quiet,
+                                                                               force_terminal=True, width=100))
+    data = _toy_images(tmp_path / "toy.zarr")
+    r = run_cli(*TOY_RUN, "--data", data, "--out", tmp_path / "run", "--steps", "0", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert "0/0" not in r.stderr  # the bar's count
+    assert json.loads(r.stdout)["step"] == 0

@@ -173,9 +173,10 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
     def on_start(info):
         log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
             f"{info['devices']} devices, {info['processes']} process(es)")
-        task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-", rate="",
-                                      knn="")
-        progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
+        if info["steps"] > info["start_step"]:  # no bar for a run with no update to make (`--steps 0`)
+            task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-",
+                                          rate="", knn="")
+            progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
         task.update(t=None, steps=info["steps"], line_step=info["start_step"], line_t=time.perf_counter())
 
     def on_step(m):
