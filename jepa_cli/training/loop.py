@@ -304,9 +304,6 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
     created = main and not plan.out.exists()
     lock, mode = _lock_run(plan.out, main, plan.mode, resume, force)
     try:
-        warning = warmup_warning(plan.lengths)  # told once everything was checked: a refusal stays one line
-        if warning:
-            cb.on_warning(warning)
         return _train_locked(config, plan, mode, cb, main)
     finally:
         if lock is not None:
@@ -648,6 +645,9 @@ def _train_written(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, m
         cb.on_checkpoint(step_no)
 
     steps = lengths["steps"]
+    warning = warmup_warning(lengths)  # told as training starts: a refusal before it stays one line
+    if warning:
+        cb.on_warning(warning)
     cb.on_start({"run": str(out), "start_step": start_step, "steps": steps, "mesh": dict(plan.mesh.shape),
                  "devices": len(jax.devices()), "processes": jax.process_count(), **lengths})
     stop = _StopFlag()
