@@ -1,4 +1,4 @@
-"""`jepa fd A.zarr B.zarr`: Frechet distance between two datasets' feature distributions."""
+"""`jepa fd A.zarr B.zarr`: Frechet distance, precision and recall between two datasets' feature distributions."""
 
 from __future__ import annotations
 

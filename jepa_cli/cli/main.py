@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ema-inspect": ("jepa_cli.cli.ema_inspect", "Show the EMA momentum schedule of a run and how far the EMA is from the online weights."),
     "sample": ("jepa_cli.cli.sample", "Draw samples from a flow or diffusion run into a dataset."),
     "import-checkpoint": ("jepa_cli.cli.import_checkpoint", "Convert a published I-JEPA checkpoint into a run directory."),
-    "fd": ("jepa_cli.cli.fd", "Frechet distance between the feature distributions of two datasets."),
+    "fd": ("jepa_cli.cli.fd", "Frechet distance, precision and recall between the feature distributions of two datasets."),
     "plot": ("jepa_cli.cli.plot",
              "Plot training curves of one or more runs against the step, overlaid (needs the plot extra)."),
     "env": ("jepa_cli.cli.env",
