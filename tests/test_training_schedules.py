@@ -62,6 +62,12 @@ def test_make_mesh_takes_the_first_devices_with_auto_axes():
     assert mesh.axis_types == (jax.sharding.AxisType.Auto,) * 2
 
 
+def test_epochs_making_more_updates_than_the_int32_count_are_refused():
+    cfg = config_lib.build_config({"epochs": 1e12, "batch_size": 8})
+    with pytest.raises(InputError, match=r"^--epochs 1e\+12 makes 5e\+12 updates of 8; a run is at most 2147483647"):
+        config_lib.resolve_lengths(cfg, num_samples=40)
+
+
 def test_toml_unknown_key_and_layers(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('steps = 5\nbatch_size = 8\n[ijepa]\nmodel = "small"\n')
@@ -89,14 +95,15 @@ def test_recipes_parse():
 
 
 @pytest.mark.parametrize("text, expected", [
-    ('steps = "two"', "steps must be an integer >= 0, got 'two'"),
+    ('steps = "two"', "steps must be an integer in 0..2147483647, got 'two'"),
     ("batch_size = 1.5", "batch_size must be an integer >= 1, got 1.5"),
     ('betas = "x"', "betas must be two numbers in [0, 1) such as [0.9, 0.999], got 'x'"),
     ("seed = 4294967296", "seed must be an integer in 0..4294967295, got 4294967296"),
     ("seed = -1", "seed must be an integer in 0..4294967295, got -1"),
     ("lr = 0.0", "lr must be a number > 0, got 0.0"),
     ("lr = nan", "lr must be a number > 0, got nan"),
-    ("steps = -3", "steps must be an integer >= 0, got -3"),
+    ("steps = -3", "steps must be an integer in 0..2147483647, got -3"),
+    ("steps = 99999999999999999999", "steps must be an integer in 0..2147483647, got 99999999999999999999"),
     ("batch_size = 0", "batch_size must be an integer >= 1, got 0"),
     ("async_checkpointing = 1", "async_checkpointing must be true or false, got 1"),
     ("objective = 3", "objective must be one of ijepa, vjepa, audio-jepa, flow, diffusion or module:factory, got 3"),

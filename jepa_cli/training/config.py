@@ -19,6 +19,10 @@ from jepa_cli.errors import InputError
 from jepa_cli.names import OBJECTIVE_NAMES
 
 
+# The optimizer and the schedules count updates in int32 (training/optimizer.py): a run is at most this long.
+MAX_UPDATES = 2**31 - 1
+
+
 @dataclasses.dataclass(frozen=True)
 class _Rule:
     """What a trainer key accepts: kind 'int' | 'float' | 'str' | 'bool' | 'betas', a range or a set of
@@ -80,7 +84,7 @@ class TrainConfig:
                            "Run directory (checkpoints, metrics.jsonl, run.json).", flag="--output",
                            aliases=("-o", "--out"))
     # length: --steps wins over --epochs; epochs use ipe = num_samples // batch_size
-    steps: int | None = _key(None, _Rule("int", 0, nullable=True),
+    steps: int | None = _key(None, _Rule("int", 0, MAX_UPDATES, nullable=True),
                              "Optimizer updates in the run (wins over --epochs; 0 writes the initial weights).")
     epochs: float | None = _key(None, _Rule("float", 0, nullable=True),
                                 "Epochs; one epoch is num_samples // batch_size updates.")
@@ -93,7 +97,7 @@ class TrainConfig:
     lr: float = _key(1e-3, _Rule("float", 0, low_open=True), "Peak learning rate (after the linear warmup).")
     start_lr: float = _key(2e-4, _Rule("float", 0), "Learning rate at the start of the warmup.")
     final_lr: float = _key(1e-6, _Rule("float", 0), "Learning rate at the end of the cosine decay.")
-    warmup_steps: int | None = _key(None, _Rule("int", 0, nullable=True),
+    warmup_steps: int | None = _key(None, _Rule("int", 0, MAX_UPDATES, nullable=True),
                                     "Warmup in updates (wins over --warmup-epochs; default 40/300 of the run).")
     warmup_epochs: float | None = _key(None, _Rule("float", 0, nullable=True), "Warmup in epochs.")
     wd: float = _key(0.04, _Rule("float", 0), "Weight decay at the start (cosine ramp to --final-wd).")
@@ -252,13 +256,16 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
         steps = int(round(cfg.epochs * ipe))
     else:
         raise InputError("give --steps or --epochs (or set one in --config)")
+    if steps > MAX_UPDATES:
+        raise InputError(f"--epochs {cfg.epochs:g} makes {steps:.3g} updates of {cfg.batch_size}; a run is at most "
+                         f"{MAX_UPDATES} updates")
     from jepa_cli.training.schedules import ema_ramp_length, total_steps
 
     t_max = total_steps(steps, cfg.ipe_scale)
     if cfg.warmup_steps is not None:
         warmup = int(cfg.warmup_steps)
     elif cfg.warmup_epochs is not None:
-        warmup = int(cfg.warmup_epochs * ipe)
+        warmup = min(int(cfg.warmup_epochs * ipe), MAX_UPDATES)
     else:
         warmup = int(steps * 40 / 300)
     return {"steps": steps, "ipe": ipe, "t_max": t_max, "warmup_steps": warmup,
