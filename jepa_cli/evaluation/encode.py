@@ -286,13 +286,14 @@ def _check_finite(params: Any, what: str) -> None:
     embedding would be NaN, so nothing is encoded."""
     import jax
 
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        value = np.asarray(leaf)
-        if value.dtype.kind in "fc" and not np.isfinite(value).all():
-            bad = int(value.size - np.count_nonzero(np.isfinite(value)))
-            raise InputError(f"{what} holds {bad} non-finite value(s) (NaN or inf) of {value.size} in "
-                             f"{jax.tree_util.keystr(path)}; its embeddings would be NaN (a diverged run? pick an "
-                             "earlier --step)")
+    from jepa_cli.models.vit import first_non_finite
+
+    found = first_non_finite(params)
+    if found is not None:
+        path, bad, size = found
+        raise InputError(f"{what} holds {bad} non-finite value(s) (NaN or inf) of {size} in "
+                         f"{jax.tree_util.keystr(path)}; its embeddings would be NaN (a diverged run? pick an "
+                         "earlier --step)")
 
 
 def _check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: int | None, run_dir: Path) -> None:

@@ -446,3 +446,13 @@ class VisionTransformerPredictor(nnx.Module):
 
 def param_count(tree) -> int:
     return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(tree)))
+
+
+def first_non_finite(tree) -> tuple[tuple, int, int] | None:
+    """The first float leaf of a parameter tree that holds NaN or inf, as (its key path, how many such
+    values, its size); None when every value is finite (a diverged run's weights are not)."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        value = np.asarray(leaf)
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            return path, int(value.size - np.count_nonzero(np.isfinite(value))), int(value.size)
+    return None

@@ -54,12 +54,14 @@ def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.n
                                                   for k, v in part.items())):
             raise InputError(f"{source}: {key} is not a state dict of tensors (names to tensors)")
         parts[key] = part
+    from jepa_cli.models.vit import first_non_finite
+
     for key, part in parts.items():
-        for name, value in part.items():
-            if value.dtype.kind in "fc" and not np.isfinite(value).all():
-                bad = int(value.size - np.count_nonzero(np.isfinite(value)))
-                raise InputError(f"{source}: {key} tensor {name} holds {bad} non-finite value(s) (NaN or inf) of "
-                                 f"{value.size}; a run needs finite weights")
+        found = first_non_finite(part)
+        if found is not None:
+            path, bad, size = found
+            raise InputError(f"{source}: {key} tensor {path[0].key} holds {bad} non-finite value(s) (NaN or inf) "
+                             f"of {size}; a run needs finite weights")
     return parts
 
 
