@@ -345,7 +345,7 @@ class Checkpoints:
         return target
 
     def _unreadable(self, step: int, exc: BaseException) -> UnreadableCheckpoint:
-        _settle_abandoned_reads_at_exit()
+        settle_abandoned_reads_at_exit()
         # TensorStore errors end with a multi-line spec dump: keep the first sentence.
         reason = " ".join(str(exc).split("See full TensorStore details")[0].split())[:160] or type(exc).__name__
         return UnreadableCheckpoint(f"{self.directory.parent}: checkpoint at step {step} is unreadable, its files "
@@ -355,7 +355,7 @@ class Checkpoints:
         """Compares the stored tree (paths and shapes) with the target's before reading any array."""
         from etils import epath
 
-        _silence_abandoned_reads()  # before the first read: a stray traceback can come at once
+        silence_abandoned_reads()  # before the first read: a stray traceback can come at once
         try:
             meta = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "state"))
         except Exception as exc:  # noqa: BLE001 - _METADATA is damaged or missing
@@ -392,7 +392,7 @@ _silenced = False
 _settling = False
 
 
-def _silence_abandoned_reads() -> None:
+def silence_abandoned_reads() -> None:
     """When one read of a damaged checkpoint fails, orbax leaves its other reads in flight; when
     they fail too, or complete after orbax closed their event loop, Python prints their tracebacks
     on stderr (asyncio's log, the unraisable hook, the except hook) around the command's one error
@@ -441,7 +441,7 @@ def _silence_abandoned_reads() -> None:
     sys.unraisablehook, sys.excepthook = on_unraisable, on_exception
 
 
-def _settle_abandoned_reads_at_exit() -> None:
+def settle_abandoned_reads_at_exit() -> None:
     """After a failed read, gives the stray reads a moment at exit to end while the filters above
     still work (during the interpreter's shutdown Python prints with its default hooks)."""
     import atexit

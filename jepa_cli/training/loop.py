@@ -542,10 +542,10 @@ def _storage_stop(plan: _Plan, held: _Held, failure: str, main: bool) -> InputEr
     checkpoint manager, removes the checkpoints this trainer left half-written (which also frees the
     room run.json needs), marks run.json `failed at step N` with the error, and returns the error to
     raise, naming the last good checkpoint. Complete checkpoints are never touched: --resume continues."""
-    from jepa_cli.training.checkpoint import _settle_abandoned_reads_at_exit
+    from jepa_cli.training.checkpoint import settle_abandoned_reads_at_exit
     from jepa_cli.training.run import checkpoint_steps, write_run
 
-    _settle_abandoned_reads_at_exit()
+    settle_abandoned_reads_at_exit()
     if held.ckpts is not None:
         with contextlib.suppress(Exception):
             held.ckpts.close()
@@ -606,7 +606,7 @@ def _train_written(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, m
     run.json and trains; `held` follows the step and the saves."""
     import jax
 
-    from jepa_cli.training.checkpoint import Checkpoints, _silence_abandoned_reads
+    from jepa_cli.training.checkpoint import Checkpoints, silence_abandoned_reads
     from jepa_cli.training.data import DataLoader
     from jepa_cli.training.run import write_run
     from jepa_cli.training.state import init_state
@@ -625,7 +625,7 @@ def _train_written(config: TrainConfig, plan: _Plan, mode: str, cb: Callbacks, m
     # A failed asynchronous save leaves orbax's other writes in flight; they fail too, or end after
     # orbax closed their event loop, each printing a traceback from its thread before the failure
     # reaches this thread: dropped from the start (the error's one line says it all)
-    _silence_abandoned_reads()
+    silence_abandoned_reads()
     if ckpts is None:
         ckpts = held.ckpts = Checkpoints(out, keep=config.keep, async_save=config.async_checkpointing, create=True)
     if state is None:
