@@ -72,13 +72,11 @@ def test_knn_equals_numpy_reference(vote):
     # a batch size that does not divide N_test exercises the padded last batch
     ranked = knn_rank(x, y, xt, 7, k=20, temperature=0.07, vote=vote, batch_size=32)
     ref = knn_reference(x, y, xt, 7, 20, 0.07, vote == "majority")
-    if vote == "majority":  # integer vote counts tie often; compare the winning vote totals
-        assert (ranked[:, 0] == ref[:, 0]).mean() > 0.97
-    else:
-        np.testing.assert_array_equal(ranked, ref)
+    # tied votes (frequent with integer majority counts) go to the lower class index in both
+    np.testing.assert_array_equal(ranked, ref)
     out = knn_probe(x, y, xt, yt, 7, k=20, vote=vote)
-    assert out["top1"] == pytest.approx(float((ref[:, 0] == yt).mean()), abs=0.02)
-    assert out["top5"] == pytest.approx(float((ref == yt[:, None]).any(axis=1).mean()), abs=0.02)
+    assert out["top1"] == float((ref[:, 0] == yt).mean())  # 0.308 weighted, 0.285 majority: one test row is 0.0077
+    assert out["top5"] == float((ref == yt[:, None]).any(axis=1).mean())
 
 
 @pytest.mark.parametrize("probe", ["linear", "knn", "attentive"])
