@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jepa_cli import masks as M
 from jepa_cli.errors import InputError
-from jepa_cli.masks.config import multiblock_context_sizes, multiblock_target_sizes
+from jepa_cli.masks.sizes import multiblock_context_sizes, multiblock_target_sizes
 
 from official_masks import ijepa_collate, ks_critical, ks_statistic, vjepa_generator
 
@@ -298,7 +298,7 @@ def test_static_block_sizes_cover_every_draw(H, W, lo, span, a_lo, a_span, seed)
     """The static T (and the min_keep check) come from an exact enumeration of the reachable sizes."""
     from official_masks import ijepa_block_size, vjepa_block_size
 
-    from jepa_cli.masks.config import block_sizes
+    from jepa_cli.masks.sizes import block_sizes
 
     scale, aspect = (lo, min(1.0, lo + span)), (a_lo, a_lo + a_span)
     correlated = block_sizes((H, W), scale, aspect, True, True)

@@ -11,8 +11,9 @@ from jepa_cli.lazy import lazy_exports
 
 _EXPORTS = {
     "MaskConfig": "config", "MultiBlockConfig": "config", "MultiBlock3DConfig": "config", "RandomConfig": "config",
-    "check_batch": "config", "config_from_options": "config", "config_parameters": "config",
-    "context_slots": "config", "target_slots": "config", "validate": "config", "validate_patch_grid": "config", "MaskSet": "maskset",
+    "check_batch": "validate", "config_from_options": "parse", "config_parameters": "config",
+    "context_slots": "sizes", "target_slots": "sizes", "validate": "validate", "validate_patch_grid": "validate",
+    "MaskSet": "maskset",
     "to_dense": "indexing", "sample": "sampler", "sample_many": "sampler",
 }  # name -> the module that defines it
 

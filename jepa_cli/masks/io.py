@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import store
+from jepa_cli.data import atomic, store
 from jepa_cli.errors import InputError
 from jepa_cli.masks.config import MaskConfig, MultiBlock3DConfig, config_parameters
 
@@ -48,7 +48,7 @@ def write_masks(path: str | os.PathLike, config: MaskConfig, context: np.ndarray
     """Writes dense masks (on-disk layout) and their attributes atomically; returns the path.
 
     `force` replaces only an existing mask file; `log` receives notes (stale partials removed)."""
-    with store.atomic_directory(path, force, KIND, log=log) as tmp:
+    with atomic.atomic_directory(path, force, KIND, log=log) as tmp:
         store.write_group(tmp, attributes(config, seed, context.shape[0]))
         store.write_array(tmp / "context", np.asarray(context, bool))
         store.write_array(tmp / "targets", np.asarray(targets, bool))

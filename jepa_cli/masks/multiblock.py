@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from jepa_cli.errors import InputError
-from jepa_cli.masks.config import CONTEXT_RETRY_TIMEOUT, MultiBlockConfig, context_slots, target_slots
+from jepa_cli.masks.config import CONTEXT_RETRY_TIMEOUT, MultiBlockConfig
+from jepa_cli.masks.sizes import context_slots, target_slots
 from jepa_cli.masks.indexing import dense_to_index
 from jepa_cli.masks.maskset import MaskSet
 from jepa_cli.masks.rng import draw_bits, uniform

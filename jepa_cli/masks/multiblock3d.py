@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jepa_cli.masks.config import (MAX_EMPTY_CONTEXT_RETRIES, MultiBlock3DConfig, context_frames,
-                                   context_slots, target_slots)
+from jepa_cli.masks.config import MAX_EMPTY_CONTEXT_RETRIES, MultiBlock3DConfig
+from jepa_cli.masks.sizes import context_frames, context_slots, target_slots
 from jepa_cli.masks.indexing import dense_to_index
 from jepa_cli.masks.maskset import MaskSet
 from jepa_cli.masks.rng import draw_bits, uniform

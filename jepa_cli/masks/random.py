@@ -9,7 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jepa_cli.masks.config import RandomConfig, context_slots, target_slots
+from jepa_cli.masks.config import RandomConfig
+from jepa_cli.masks.sizes import context_slots, target_slots
 from jepa_cli.masks.indexing import dense_to_index
 from jepa_cli.masks.maskset import MaskSet
 from jepa_cli.masks.rng import draw_bits, uniform

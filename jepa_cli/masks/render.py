@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jepa_cli.data import store
+from jepa_cli.data import atomic, store
 from jepa_cli.errors import InputError
 
 TARGET_RGB = [(230, 57, 70), (69, 123, 233), (200, 80, 200), (240, 200, 40), (40, 200, 220), (255, 120, 120),
@@ -75,7 +75,7 @@ def preview_images(data: str, samples: int):
 def write_png(path, config, context, targets, samples: int, images=None, cell: int = 16, force: bool = False) -> None:
     """A picture grid: one tile per sample (3D: one row of frames per pair), over real samples if given.
 
-    Written atomically; `force` replaces an existing PNG only (store.write_file)."""
+    Written atomically; `force` replaces an existing PNG only (atomic.write_file)."""
     import io
 
     from PIL import Image
@@ -112,4 +112,4 @@ def write_png(path, config, context, targets, samples: int, images=None, cell: i
     picture = np.concatenate([x for t in tiles for x in (t, gap)][:-1], axis=axis)
     buffer = io.BytesIO()
     Image.fromarray(picture).save(buffer, format="PNG")
-    store.write_file(path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    atomic.write_file(path, buffer.getvalue(), force, atomic.PNG_MAGIC, "PNG picture")
