@@ -202,6 +202,29 @@ def test_encode_latents_cli_provenance_shift_scale(trained, tmp_path, run_cli):
     assert run_cli("encode-latents", run, data, "-o", out, "--force", "--mesh", "data=1", "-q").exit_code == 0
 
 
+def test_weights_encodes_with_the_target_or_the_context_encoder(trained, tmp_path, run_cli, monkeypatch):
+    """The two encoders are equal at step 0, so the target's final LayerNorm bias is shifted by 1 as the
+    run is loaded: the target's mean-pooled embeddings are then the context's plus 1 in every feature."""
+    from jepa_cli.training import run as run_module
+
+    run, data = trained
+    load_run = run_module.load_run
+
+    def load_with_shifted_target(*args, **kwargs):
+        config, objective, host, step = load_run(*args, **kwargs)
+        norm = host["ema"]["norm"]
+        return config, objective, {**host, "ema": {**host["ema"], "norm": {**norm, "bias": norm["bias"] + 1}}}, step
+
+    monkeypatch.setattr(run_module, "load_run", load_with_shifted_target)
+    z = {}
+    for weights in ("context", "target"):
+        result = run_cli("encode-latents", run, data, "-o", tmp_path / weights, "--weights", weights, "--mesh", "data=1",
+                         "-q")
+        assert result.exit_code == 0, result.stderr
+        z[weights] = store.read_array(tmp_path / weights / "inputs")
+    np.testing.assert_allclose(z["target"], z["context"] + 1, atol=1e-5)
+
+
 SHARDED = textwrap.dedent("""
     import os, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
