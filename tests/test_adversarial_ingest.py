@@ -13,7 +13,7 @@ from PIL import Image
 
 from adversarial import ROOT, expect_refusal, run_jepa
 from conftest import assert_user_error
-from jepa_cli.data import store
+from jepa_cli.data import resources, store
 
 
 @pytest.fixture
@@ -302,7 +302,7 @@ def test_a_clip_too_big_for_memory_is_refused_before_any_frame_is_decoded(run_cl
     root = _frame_folder(tmp_path / "clips")
     decoded = []
     monkeypatch.setattr(video.ClipCodec, "pixels", staticmethod(lambda *args: decoded.append(args)))
-    monkeypatch.setattr(store, "available_memory", lambda: 16 << 20)  # 3 MiB a clip: 8 chunks + 6 clips + indices
+    monkeypatch.setattr(resources, "available_memory", lambda: 16 << 20)  # 3 MiB a clip: 8 chunks + 6 clips + indices
     result = run_cli("ingest", root, tmp_path / "o.zarr", "--frames", "65536")
     assert_user_error(result, f"{tmp_path / 'o.zarr'}: needs about 43.5 MiB of memory but 16.0 MiB is available",
                       "one sample is 65536x6x8x1 bytes; pass fewer --frames")
@@ -318,7 +318,7 @@ def test_more_frames_per_clip_than_the_limit_are_refused(run_cli, tmp_path):
 
 def test_more_clips_per_video_than_memory_holds_are_refused_naming_the_count(run_cli, tmp_path, monkeypatch):
     root = _frame_folder(tmp_path / "clips")
-    monkeypatch.setattr(store, "available_memory", lambda: 100 << 20)
+    monkeypatch.setattr(resources, "available_memory", lambda: 100 << 20)
     assert_user_error(run_cli("ingest", root, tmp_path / "o.zarr", "--clips-per-video", "10000000"),
                       f"{root}: needs about 267.0 MiB of memory but 100.0 MiB is available; 1 video(s) x "
                       "--clips-per-video 10000000 = 10000000 clips")
@@ -351,7 +351,7 @@ def test_a_wav_whose_header_says_1_hz_is_refused_before_resampling_with_the_figu
     header = bytearray(wav.read_bytes())
     header[24:32] = struct.pack("<II", 1, 2)  # sample rate 1 Hz, 2 bytes a second
     wav.write_bytes(bytes(header))
-    monkeypatch.setattr(store, "available_memory", lambda: 16 << 20)
+    monkeypatch.setattr(resources, "available_memory", lambda: 16 << 20)
     result = run_cli("ingest", tmp_path / "src", tmp_path / "o.zarr", "--seconds", "0.1")
     assert_user_error(result, f"{wav}: needs about 488.3 MiB of memory to decode (2000 samples x 1 channel(s) at 1 Hz, "
                       "resampled to 32000 Hz) but 16.0 MiB is available")
@@ -383,7 +383,7 @@ def test_a_later_video_too_big_for_memory_is_refused_naming_it_before_its_frames
     (root / "walk" / "zoom").mkdir()
     for j in range(3):
         Image.new("L", (800, 600), j).save(root / "walk" / "zoom" / f"frame{j}.png")
-    monkeypatch.setattr(store, "available_memory", lambda: 100 << 20)  # a 64-frame clip of 600x800 is 29.3 MiB
+    monkeypatch.setattr(resources, "available_memory", lambda: 100 << 20)  # a 64-frame clip of 600x800 is 29.3 MiB
     result = run_cli("ingest", root, tmp_path / "o.zarr", "--frames", "64", "--size", "6x8")
     assert_user_error(result, f"{root / 'walk' / 'zoom'}: needs about 175.8 MiB of memory but 100.0 MiB is available; "
                       "one clip is 64x600x800x1 bytes at its own size")
@@ -396,7 +396,7 @@ def test_an_idx_whose_header_announces_more_than_memory_holds_is_refused_before_
 
     with gzip.open(tmp_path / "bomb-idx3-ubyte.gz", "wb") as handle:  # a few bytes that claim 2 GB of pixels
         handle.write(struct.pack(">HBBIII", 0, 8, 3, 200000, 100, 100) + b"\0" * 1000)
-    monkeypatch.setattr(store, "available_memory", lambda: 100 << 20)
+    monkeypatch.setattr(resources, "available_memory", lambda: 100 << 20)
     assert_user_error(run_cli("ingest", tmp_path / "bomb-idx3-ubyte.gz", tmp_path / "o.zarr"),
                       f"{tmp_path / 'bomb-idx3-ubyte.gz'}: needs about 3.7 GiB of memory but 100.0 MiB is available; "
                       "its header says [200000, 100, 100]")
@@ -404,7 +404,7 @@ def test_an_idx_whose_header_announces_more_than_memory_holds_is_refused_before_
 
 def test_an_npz_array_larger_than_memory_is_refused_before_it_is_decompressed(run_cli, tmp_path, monkeypatch):
     np.savez_compressed(tmp_path / "x.npz", images=np.zeros((1000, 64, 64), np.uint8))  # 3.9 MiB, a few KiB packed
-    monkeypatch.setattr(store, "available_memory", lambda: 1 << 20)
+    monkeypatch.setattr(resources, "available_memory", lambda: 1 << 20)
     assert_user_error(run_cli("ingest", tmp_path / "x.npz", tmp_path / "o.zarr"),
                       f"{tmp_path / 'x.npz'}[images]: needs about 3.9 MiB of memory but 1.0 MiB is available; "
                       "a .npz array is decompressed whole")

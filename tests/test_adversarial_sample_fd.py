@@ -10,7 +10,7 @@ import pytest
 from adversarial import expect_refusal
 from conftest import assert_user_error
 
-from jepa_cli.data import store
+from jepa_cli.data import resources, store
 
 
 def test_sampling_a_run_that_is_not_generative_writes_nothing(tmp_path):
@@ -74,7 +74,7 @@ def test_fd_gram_and_covariance_methods_give_the_same_distance():
 def test_fd_of_images_too_large_for_memory_is_refused_before_reading_with_the_figure(tmp_path, monkeypatch,
                                                                                       run_cli):
     a = _dataset(tmp_path / "a.zarr", np.zeros((2, 128, 128, 3), np.uint8))
-    monkeypatch.setattr(store, "available_memory", lambda: 1 << 20)
+    monkeypatch.setattr(resources, "available_memory", lambda: 1 << 20)
     # 2 + 2 samples of 49,152 float64 pixels: 1.5 MiB (the gram method's 2 x 2 matrices add 96 bytes)
     assert_user_error(run_cli("fd", a, a), f"{a} and {a}: fd of 49152-dimensional features (2 + 2 samples",
                       "needs about 1.5 MiB of memory but 1.0 MiB is available",

@@ -96,12 +96,12 @@ def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tm
     # the work goes on; the atomic write must still not move its result into place
     code = ("import sys\n"
             "from jepa_cli import errors\n"
-            "from jepa_cli.data import store\n"
+            "from jepa_cli.data import atomic\n"
             "class Swallow:\n"
             "    def __del__(self):\n"
             "        errors.raise_terminated(15, None)  # what the SIGTERM handler does, inside a __del__\n"
             "try:\n"
-            "    with store.atomic_directory(sys.argv[1], False, 'dataset') as tmp:\n"
+            "    with atomic.atomic_directory(sys.argv[1], False, 'dataset') as tmp:\n"
             "        (tmp / 'zarr.json').write_text('{}')\n"
             "        Swallow()\n"
             "        print('work went on')\n"
@@ -115,13 +115,13 @@ def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tm
 
 def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_path):
     code = ("import os, signal, sys\n"
-            "from jepa_cli.data import store\n"
+            "from jepa_cli.data import atomic\n"
             "from jepa_cli.cli.main import cli\n"
-            "original = store.move_into_place\n"
+            "original = atomic.move_into_place\n"
             "def move_then_signal(*args, **kwargs):\n"
             "    original(*args, **kwargs)\n"
             "    os.kill(os.getpid(), signal.SIGTERM)  # lands once the output is in place\n"
-            "store.move_into_place = move_then_signal\n"
+            "atomic.move_into_place = move_then_signal\n"
             "cli.main(sys.argv[1:])\n")
     out = tmp_path / "digits.zarr"
     result = subprocess.run([sys.executable, "-c", code, "ingest", "builtin:digits", str(out), "-q"],
@@ -135,13 +135,13 @@ def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_pat
 
 def test_a_sigterm_after_a_picture_is_in_place_says_the_picture_is_whole(tmp_path):
     code = ("import os, signal, sys\n"
-            "from jepa_cli.data import store\n"
+            "from jepa_cli.data import atomic\n"
             "from jepa_cli.cli.main import cli\n"
-            "original = store.write_file\n"
+            "original = atomic.write_file\n"
             "def write_then_signal(*args, **kwargs):\n"
             "    original(*args, **kwargs)\n"
             "    os.kill(os.getpid(), signal.SIGTERM)  # lands once the picture is in place\n"
-            "store.write_file = write_then_signal\n"
+            "atomic.write_file = write_then_signal\n"
             "cli.main(sys.argv[1:])\n")
     png = tmp_path / "m.png"
     result = subprocess.run([sys.executable, "-c", code, "mask", "--grid", "8x8", "--batch-size", "2", "--png", str(png)],

@@ -160,20 +160,20 @@ def test_png_force_replaces_a_png_but_never_another_file(run_cli, tmp_path):
 
 
 def test_write_file_never_replaces_a_file_that_appeared_meanwhile(tmp_path, monkeypatch):
-    from jepa_cli.data import store
+    from jepa_cli.data import atomic
     from jepa_cli.errors import InputError
 
     target = tmp_path / "m.png"
-    real_check = store.check_output_file
+    real_check = atomic.check_output_file
 
     def check_then_another_writer(path, force, magic, what):
         checked = real_check(path, force, magic, what)
         target.write_bytes(b"another writer's file")
         return checked
 
-    monkeypatch.setattr(store, "check_output_file", check_then_another_writer)
+    monkeypatch.setattr(atomic, "check_output_file", check_then_another_writer)
     with pytest.raises(InputError, match="another process wrote it"):
-        store.write_file(target, store.PNG_MAGIC + b"data", False, store.PNG_MAGIC, "PNG picture")
+        atomic.write_file(target, atomic.PNG_MAGIC + b"data", False, atomic.PNG_MAGIC, "PNG picture")
     assert target.read_bytes() == b"another writer's file" and [p.name for p in tmp_path.iterdir()] == ["m.png"]
 
 

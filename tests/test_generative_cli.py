@@ -11,7 +11,7 @@ import pytest
 import scipy.linalg
 from conftest import assert_user_error
 
-from jepa_cli.data import store
+from jepa_cli.data import atomic, store
 from jepa_cli.evaluation.fd import frechet_distance
 
 RECIPE = """objective = "flow"
@@ -92,7 +92,7 @@ def test_sample_writes_a_labelled_uint8_dataset_with_its_parameters(trained, run
     assert attrs["provenance"]["step"] == 1 and attrs["provenance"]["objective"] == "flow"
     assert store.read_array(out / "inputs").dtype == np.uint8
     np.testing.assert_array_equal(store.read_array(out / "labels"), [2, 2, 2, 0, 0, 0])
-    assert (d / "s.png").read_bytes().startswith(store.PNG_MAGIC)
+    assert (d / "s.png").read_bytes().startswith(atomic.PNG_MAGIC)
 
 
 def test_sample_png_shows_the_first_ten_samples_of_each_class_read_back_from_the_output(trained, run_cli):
@@ -135,6 +135,21 @@ def test_sample_of_absurdly_many_is_refused_before_anything_of_that_size_exists(
     r = run_cli("sample", run, "-n", str(10**15), "-o", d / "huge.zarr", "--steps", "2")
     assert_user_error(r, "huge.zarr: needs about", "pass a smaller")
     assert not (d / "huge.zarr").exists()
+
+
+def test_weights_samples_with_the_ema_or_the_online_parameters(trained, tmp_path):
+    """After one update at ema_decay 0.75 the two differ; each sample records the digest of what it used."""
+    from jepa_cli.sampling.run import sample_run
+    from jepa_cli.training.run import load_run, params_sha256
+
+    _, _, run = trained
+    host = load_run(run)[2]
+    samples = {}
+    for weights, tree in (("ema", host["ema"]), ("online", host["params"])):
+        sample_run(run, tmp_path / weights, n=4, steps=2, batch_size=4, mesh=None, weights=weights)
+        assert store.read_attributes(tmp_path / weights)["provenance"]["params_sha256"] == params_sha256(tree)
+        samples[weights] = store.read_array(tmp_path / weights / "inputs").astype(int)
+    assert np.abs(samples["ema"] - samples["online"]).max() > 0, "the same pictures from different weights"
 
 
 class Interrupt(Exception):

@@ -481,9 +481,9 @@ def test_an_ingest_never_replaces_an_output_another_ingest_finished_meanwhile(ru
 def test_ingest_refuses_more_samples_than_the_disk_holds(run_cli, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from jepa_cli.data import store
+    from jepa_cli.data import resources
 
-    monkeypatch.setattr(store.shutil, "disk_usage", lambda path: SimpleNamespace(total=1 << 20, used=0, free=1 << 20))
+    monkeypatch.setattr(resources.shutil, "disk_usage", lambda path: SimpleNamespace(total=1 << 20, used=0, free=1 << 20))
     result = run_cli("ingest", "builtin:digits", tmp_path / "o.zarr", "--size", "32x32")  # 1797 x 1 KiB
     assert_user_error(result, "o.zarr: needs about 1.8 MiB of disk but 1.0 MiB is free",
                       "1797 samples of 32x32x1 bytes, uncompressed", "--limit")

@@ -1,5 +1,6 @@
-"""The shared write and read layer (jepa_cli/data/store.py): what every atomic writer gets (ingest,
-`jepa mask -o`, encode-latents' final move) and how damaged arrays are reported."""
+"""The shared write and read layer (jepa_cli/data/: store.py, atomic.py, locks.py, resources.py): what
+every atomic writer gets (ingest, `jepa mask -o`, encode-latents' final move) and how damaged arrays
+are reported."""
 
 import fcntl
 import json
@@ -10,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from jepa_cli.data import store
+from jepa_cli.data import atomic, resources, store
 from jepa_cli.errors import InputError
 
 
@@ -21,7 +22,7 @@ def make_artifact(path: Path, kind: str = "dataset") -> Path:
 
 
 def write_dataset(path: Path, rows: int = 3) -> Path:
-    with store.atomic_directory(path, False, "dataset") as tmp:
+    with atomic.atomic_directory(path, False, "dataset") as tmp:
         store.write_array(tmp / "inputs", np.arange(rows * 4, dtype=np.uint8).reshape(rows, 2, 2, 1))
         store.write_group(tmp, store.base_attributes("dataset"))
     return path
@@ -31,42 +32,42 @@ def write_dataset(path: Path, rows: int = 3) -> Path:
 
 def test_force_replaces_an_artifact_of_the_same_kind(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
-    assert store.check_output(out, True, "dataset") == out
+    assert atomic.check_output(out, True, "dataset") == out
 
 
 @pytest.mark.parametrize("found", ["masks", "run"])
 def test_force_refuses_an_artifact_of_another_kind(tmp_path, found):
     out = make_artifact(tmp_path / "d.zarr", found)
     with pytest.raises(InputError, match=f"holds jepa_kind '{found}'.*jepa_kind 'dataset'"):
-        store.check_output(out, True, "dataset")
+        atomic.check_output(out, True, "dataset")
 
 
 def test_force_refuses_a_users_folder(tmp_path):
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "a.jpg").write_bytes(b"x")
     with pytest.raises(InputError, match="photos: is not a jepa output"):
-        store.check_output(tmp_path / "photos", True, "dataset")
+        atomic.check_output(tmp_path / "photos", True, "dataset")
 
 
 def test_an_existing_artifact_needs_force(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
     with pytest.raises(InputError, match="d.zarr: already exists \\(use --force to overwrite\\)"):
-        store.check_output(out, False, "dataset")
+        atomic.check_output(out, False, "dataset")
 
 
 def test_without_force_a_users_folder_is_refused_without_suggesting_force(tmp_path):
     (tmp_path / "photos").mkdir()
     with pytest.raises(InputError, match="photos: is not a jepa output.*remove it yourself or choose another output"):
-        store.check_output(tmp_path / "photos", False, "dataset")
+        atomic.check_output(tmp_path / "photos", False, "dataset")
 
 
 def test_force_refuses_a_file_and_a_symbolic_link(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "link").symlink_to(make_artifact(tmp_path / "d.zarr"))
     with pytest.raises(InputError, match="notes.txt: is a file"):
-        store.check_output(tmp_path / "notes.txt", True, "dataset")
+        atomic.check_output(tmp_path / "notes.txt", True, "dataset")
     with pytest.raises(InputError, match="link: is a symbolic link"):
-        store.check_output(tmp_path / "link", True, "dataset")
+        atomic.check_output(tmp_path / "link", True, "dataset")
 
 
 # --- outputs never overlap inputs -------------------------------------------------------------------
@@ -78,12 +79,12 @@ def test_output_overlapping_an_input_is_refused(tmp_path, monkeypatch, output, r
     (tmp_path / "src").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "src")
     with pytest.raises(InputError, match=f"^{output}: the output {relation} src;"):
-        store.check_output(output, True, "dataset", ["src"])
+        atomic.check_output(output, True, "dataset", ["src"])
 
 
 def test_a_sibling_sharing_a_name_prefix_is_not_an_overlap(tmp_path):
     (tmp_path / "src").mkdir()
-    assert store.check_output(tmp_path / "src.zarr", False, "dataset", [tmp_path / "src"]) == tmp_path / "src.zarr"
+    assert atomic.check_output(tmp_path / "src.zarr", False, "dataset", [tmp_path / "src"]) == tmp_path / "src.zarr"
 
 
 # --- the final move never replaces what appeared meanwhile ------------------------------------------
@@ -92,27 +93,27 @@ def test_rename_no_replace_refuses_an_existing_empty_directory(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with pytest.raises(FileExistsError):
-        store.rename_no_replace(tmp_path / "a", tmp_path / "b")
+        atomic.rename_no_replace(tmp_path / "a", tmp_path / "b")
     assert (tmp_path / "a").is_dir() and list((tmp_path / "b").iterdir()) == []
 
 
 def test_rename_no_replace_without_renameat2_uses_the_directory_lock(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "_renameat2", None)
+    monkeypatch.setattr(atomic, "_renameat2", None)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with pytest.raises(FileExistsError):
-        store.rename_no_replace(tmp_path / "a", tmp_path / "b")
-    store.rename_no_replace(tmp_path / "a", tmp_path / "c")
+        atomic.rename_no_replace(tmp_path / "a", tmp_path / "b")
+    atomic.rename_no_replace(tmp_path / "a", tmp_path / "c")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "c"]
 
 
 @pytest.mark.parametrize("renameat2", ["native", "fallback"])
 def test_a_write_whose_target_appeared_meanwhile_fails_and_keeps_the_other(tmp_path, monkeypatch, renameat2):
     if renameat2 == "fallback":
-        monkeypatch.setattr(store, "_renameat2", None)
+        monkeypatch.setattr(atomic, "_renameat2", None)
     out = tmp_path / "d.zarr"
     with pytest.raises(InputError, match="d.zarr: already exists \\(another process wrote it"):
-        with store.atomic_directory(out, False, "dataset") as tmp:
+        with atomic.atomic_directory(out, False, "dataset") as tmp:
             store.write_group(tmp, store.base_attributes("dataset", source="mine"))
             out.mkdir()  # a concurrent writer finished first: even an empty directory is kept
     assert list(out.iterdir()) == []
@@ -122,7 +123,7 @@ def test_a_write_whose_target_appeared_meanwhile_fails_and_keeps_the_other(tmp_p
 def test_force_checks_the_kind_again_at_move_time(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
     with pytest.raises(InputError, match="d.zarr: is not a jepa output"):
-        with store.atomic_directory(out, True, "dataset") as tmp:
+        with atomic.atomic_directory(out, True, "dataset") as tmp:
             store.write_group(tmp, store.base_attributes("dataset"))
             (out / "zarr.json").unlink()  # meanwhile a user's folder took the dataset's place
     assert [p.name for p in out.iterdir()] == ["payload"]
@@ -131,7 +132,7 @@ def test_force_checks_the_kind_again_at_move_time(tmp_path):
 
 def test_force_swaps_an_artifact_in_and_removes_the_old_one(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
-    with store.atomic_directory(out, True, "dataset") as tmp:
+    with atomic.atomic_directory(out, True, "dataset") as tmp:
         store.write_group(tmp, store.base_attributes("dataset", source="new"))
     assert store.read_attributes(out)["source"] == "new" and not (out / "payload").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["d.zarr"]
@@ -144,7 +145,7 @@ def test_a_stale_partial_is_removed_by_the_next_write_and_reported(tmp_path):
     stale.mkdir()
     (stale / "chunk").write_bytes(b"x" * 100)
     lines: list[str] = []
-    with store.atomic_directory(tmp_path / "d.zarr", False, "dataset", log=lines.append) as tmp:
+    with atomic.atomic_directory(tmp_path / "d.zarr", False, "dataset", log=lines.append) as tmp:
         store.write_group(tmp, store.base_attributes("dataset"))
     assert lines == [f"removed {stale}, left by an interrupted write whose process is gone"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
@@ -156,15 +157,15 @@ def test_a_live_writers_partial_is_kept(tmp_path):
     fd = os.open(live, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # what its writer holds while it runs
     try:
-        assert store.remove_stale_partials(tmp_path / "d.zarr") == []
+        assert atomic.remove_stale_partials(tmp_path / "d.zarr") == []
     finally:
         os.close(fd)
     assert live.is_dir()
 
 
 def test_a_writer_locks_its_own_partial(tmp_path):
-    with store.atomic_directory(tmp_path / "d.zarr", False, "dataset") as tmp:
-        assert store.remove_stale_partials(tmp_path / "d.zarr") == []
+    with atomic.atomic_directory(tmp_path / "d.zarr", False, "dataset") as tmp:
+        assert atomic.remove_stale_partials(tmp_path / "d.zarr") == []
         assert tmp.is_dir()
         store.write_group(tmp, store.base_attributes("dataset"))
 
@@ -173,15 +174,15 @@ def test_only_this_outputs_partials_are_touched(tmp_path):
     keep = [tmp_path / ".d.zarr.partial", tmp_path / ".e.zarr.partial-0123abcd", tmp_path / ".d.zarr.partial-notahex"]
     for path in keep:
         path.mkdir()
-    assert store.remove_stale_partials(tmp_path / "d.zarr") == []
+    assert atomic.remove_stale_partials(tmp_path / "d.zarr") == []
     assert all(path.is_dir() for path in keep)
 
 
 def test_a_swapped_out_old_output_is_removed_once_the_output_exists(tmp_path):
     old = make_artifact(tmp_path / ".d.zarr.old-0123abcd")
-    assert store.remove_stale_partials(tmp_path / "d.zarr") == []  # no d.zarr: it may be the only copy
+    assert atomic.remove_stale_partials(tmp_path / "d.zarr") == []  # no d.zarr: it may be the only copy
     (tmp_path / "d.zarr").mkdir()
-    assert store.remove_stale_partials(tmp_path / "d.zarr") == [
+    assert atomic.remove_stale_partials(tmp_path / "d.zarr") == [
         f"removed {old}, an output replaced by an interrupted --force write"]
     assert not old.exists()
 
@@ -190,7 +191,7 @@ def test_a_swapped_out_folder_that_is_not_a_jepa_output_is_kept(tmp_path):
     old = tmp_path / ".d.zarr.old-0123abcd"
     old.mkdir()
     (tmp_path / "d.zarr").mkdir()
-    assert store.remove_stale_partials(tmp_path / "d.zarr") == [] and old.is_dir()
+    assert atomic.remove_stale_partials(tmp_path / "d.zarr") == [] and old.is_dir()
 
 
 # --- damaged arrays and metadata ----------------------------------------------------------------------
@@ -238,15 +239,15 @@ def test_attributes_hold_non_utf8_names_as_escaped_utf8(tmp_path):
 
 def test_an_output_path_that_is_not_utf8_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"caf\\xe9.zarr: the path is not valid UTF-8"):
-        store.check_output(tmp_path / os.fsdecode(b"caf\xe9.zarr"), False, "dataset")
+        atomic.check_output(tmp_path / os.fsdecode(b"caf\xe9.zarr"), False, "dataset")
 
 
 def test_check_room_refuses_more_disk_than_is_free(tmp_path, monkeypatch):
-    monkeypatch.setattr(store.shutil, "disk_usage", lambda path: SimpleNamespace(total=8 << 20, used=7 << 20,
+    monkeypatch.setattr(resources.shutil, "disk_usage", lambda path: SimpleNamespace(total=8 << 20, used=7 << 20,
                                                                                  free=1 << 20))
     with pytest.raises(InputError, match=r"o.zarr: needs about 2.0 MiB of disk but 1.0 MiB is free in .*; hint"):
-        store.check_room(tmp_path / "o.zarr", 2 << 20, 0, "hint", "unused")
+        resources.check_room(tmp_path / "o.zarr", 2 << 20, 0, "hint", "unused")
 
 
 def test_format_bytes():
-    assert [store.format_bytes(n) for n in (512, 1536, 3 << 30, 7 << 40)] == ["512 B", "1.5 KiB", "3.0 GiB", "7.0 TiB"]
+    assert [resources.format_bytes(n) for n in (512, 1536, 3 << 30, 7 << 40)] == ["512 B", "1.5 KiB", "3.0 GiB", "7.0 TiB"]

@@ -73,7 +73,7 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
     Example:
       jepa mask --strategy multiblock --grid 14x14 --batch-size 64 --seed 0 -o masks.zarr --show --stats
     """
-    from jepa_cli.data import store
+    from jepa_cli.data import atomic
     from jepa_cli.errors import InputError
 
     mask_options["grid"] = parse_hxw(mask_options["grid"], "--grid")
@@ -81,10 +81,10 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
         raise InputError("--data is only used with --png")
     # check every path before any work, so that bad input writes nothing
     if output is not None:
-        store.check_output(output, force, "masks", [data] if data is not None else [])
+        atomic.check_output(output, force, "masks", [data] if data is not None else [])
     if png_path is not None:
-        store.check_output_file(png_path, force, store.PNG_MAGIC, "PNG picture")
-        store.check_disjoint(png_path, [p for p in (data, output) if p is not None])
+        atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture")
+        atomic.check_disjoint(png_path, [p for p in (data, output) if p is not None])
     if data is not None and not Path(data).exists():
         raise InputError(f"{data}: no such file or directory")
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import store
+from jepa_cli.data import atomic, resources, store
 from jepa_cli.data.sources import BadSample, Source, to_uint8
 from jepa_cli.errors import InputError
 
@@ -143,7 +143,7 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
         raise InputError(f"--channels must be 1 or 3, got {channels}")
     if limit is not None and limit <= 0:
         raise InputError(f"--limit must be positive, got {limit}")
-    store.check_output(out, force, "dataset", source.paths)  # before decoding anything
+    atomic.check_output(out, force, "dataset", source.paths)  # before decoding anything
     codec = source.codec or ImageCodec
     k = int(source.attributes.get("clips_per_video") or 1)  # video: a split keeps a video's clips together
     native = source.peek() if source.peek is not None else None
@@ -165,7 +165,7 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     sample_shape = codec.shape(first.shape, size)
     chunk_n = min(store.chunk_rows(sample_shape, 1), len(indices))
     _check_room(out, len(indices), first.shape, codec, size, k)
-    with store.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
+    with atomic.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
         rows = store.RowWriter(store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8,
                                                   chunk_n=chunk_n), chunk_n)
         kept_labels: list[int] = []
@@ -237,7 +237,7 @@ def _check_room(out: str | Path, count: int, native: tuple[int, ...], codec: Any
               + INDEX_BYTES * (count + clips_per_video * frames))
     shape = "x".join(map(str, sample_shape))
     smaller = codec.smaller(size)
-    store.check_room(out, disk, memory, f"{count} samples of {shape} bytes, uncompressed; pass {smaller}, "
+    resources.check_room(out, disk, memory, f"{count} samples of {shape} bytes, uncompressed; pass {smaller}, "
                      "--limit, or write to another disk", f"one sample is {shape} bytes; pass {smaller}")
 
 

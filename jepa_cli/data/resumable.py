@@ -1,7 +1,7 @@
 """Resumable outputs: long writes (`encode-latents`, `sample`) that a rerun continues.
 
 The output is built in a hidden sibling `.NAME.partial/` (no random suffix: a rerun finds it),
-locked by its writer for as long as it works (`store.resumable_partial`). It holds `job.json`, what
+locked by its writer for as long as it works (`locks.resumable_partial`). It holds `job.json`, what
 is being computed and the row layout, and `progress/UNIT.npz`, one file per finished unit of rows
 (with whatever the writer keeps of that unit, e.g. its statistics). A rerun of the same job skips
 the finished units; another job, or a damaged `job.json`, empties the partial first (each said

@@ -214,11 +214,11 @@ def _npz(path: Path, clip: Any = None) -> Source:
 def _npz_member(archive, path: Path, key: str) -> np.ndarray:
     """One array of a .npz; InputError naming the file and key if it is truncated, corrupt or holds objects,
     or if the memory its header announces is more than is available (it is decompressed whole)."""
-    from jepa_cli.data import store
+    from jepa_cli.data import resources
 
     announced = _npz_member_bytes(archive, key)
     if announced is not None:
-        store.check_memory(f"{path}[{key}]", announced, "a .npz array is decompressed whole; save it as .npy, "
+        resources.check_memory(f"{path}[{key}]", announced, "a .npz array is decompressed whole; save it as .npy, "
                            "which is read a sample at a time")
     try:
         return archive[key]
@@ -299,7 +299,7 @@ def read_idx(path: Path, otherwise: str = "") -> np.ndarray:
     The data is read only after the memory its header announces has been checked (a small .gz may
     unpack to gigabytes), and never past those bytes."""
     tail = f"; {otherwise}" if otherwise else ""
-    from jepa_cli.data import store
+    from jepa_cli.data import resources
 
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
@@ -316,7 +316,7 @@ def read_idx(path: Path, otherwise: str = "") -> np.ndarray:
             shape = struct.unpack(f">{ndim}I", sizes)
             dtype = np.dtype(IDX_DTYPES[type_code])
             expected = math.prod(shape) * dtype.itemsize
-            store.check_memory(path, 2 * expected, f"its header says {list(shape)} ({expected} bytes), which "
+            resources.check_memory(path, 2 * expected, f"its header says {list(shape)} ({expected} bytes), which "
                                "ingest holds in memory at once; convert it to .npy, which is read a sample at a time")
             data = handle.read(expected + 1)
     except (OSError, EOFError, zlib.error) as exc:

@@ -139,10 +139,10 @@ def _source(description, count, read, item_name, labels=None, class_names=(), pa
 def _per_clip_labels(labels: np.ndarray, k: int, where: str) -> np.ndarray:
     """`labels` (one per video) repeated for each of the video's `k` clips; InputError naming `where`
     when the clips' labels and indices alone need more memory than is available."""
-    from jepa_cli.data import store
+    from jepa_cli.data import resources
 
     clips = len(labels) * k
-    store.check_memory(where, clips * (4 + INDEX_BYTES), f"{len(labels)} video(s) x --clips-per-video {k} = "
+    resources.check_memory(where, clips * (4 + INDEX_BYTES), f"{len(labels)} video(s) x --clips-per-video {k} = "
                        f"{clips} clips; pass a smaller --clips-per-video")
     return np.repeat(labels, k)
 
@@ -323,14 +323,14 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
 def _check_clip_memory(video: Path, options: ClipOptions) -> None:
     """InputError naming `video` when one of its clips, decoded at its own size (from the headers),
     needs more memory than is available: before any of its frames is decoded."""
-    from jepa_cli.data import store
+    from jepa_cli.data import resources
     from jepa_cli.data.ingest import SAMPLES_IN_MEMORY
 
     frame = _frame_shape(video)
     if frame is None:
         return
     shape = "x".join(map(str, (options.frames, *frame)))
-    store.check_memory(utf8_text(str(video)), SAMPLES_IN_MEMORY * options.frames * math.prod(frame),
+    resources.check_memory(utf8_text(str(video)), SAMPLES_IN_MEMORY * options.frames * math.prod(frame),
                        f"one clip is {shape} bytes at its own size; pass fewer --frames")
 
 
@@ -523,16 +523,16 @@ def _bounce(p: int, room: int) -> int:
 # -- pictures (`jepa info DATA --png`) ---------------------------------------------------------
 def write_strip_png(data: str | Path, png: str | Path, samples: int, force: bool = False) -> str:
     """A PNG of the first `samples` samples of a dataset: one row of frames per clip (an image is a
-    one-frame clip), frames scaled up to at least 64 pixels high; written atomically (store.write_file)."""
+    one-frame clip), frames scaled up to at least 64 pixels high; written atomically (atomic.write_file)."""
     import io
 
     from PIL import Image
 
-    from jepa_cli.data import store
+    from jepa_cli.data import atomic
     from jepa_cli.masks.render import preview_images
 
-    store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
-    store.check_disjoint(png, [data])
+    atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture")
+    atomic.check_disjoint(png, [data])
     x = preview_images(str(data), samples)  # uint8 [n, (T,) H, W, 3]
     if x.ndim == 4:
         x = x[:, None]
@@ -547,5 +547,5 @@ def write_strip_png(data: str | Path, png: str | Path, samples: int, force: bool
             picture[top:top + h * scale, left:left + w * scale] = tile
     buffer = io.BytesIO()
     Image.fromarray(picture).save(buffer, format="PNG")
-    store.write_file(png, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    atomic.write_file(png, buffer.getvalue(), force, atomic.PNG_MAGIC, "PNG picture")
     return str(png)

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import resumable, store
+from jepa_cli.data import atomic, locks, resumable, store
 from jepa_cli.data.resumable import partial_path
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
 
@@ -149,7 +149,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     source, output = Path(source), Path(output)
-    store.check_output(output, force, "dataset", [source])
+    atomic.check_output(output, force, "dataset", [source])
     src_attrs = source_attributes(source)
     inputs = store.open_array(source / "inputs")
     n = int(inputs.shape[0])
@@ -178,7 +178,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     job = dict(job or {}) | {"source": str(source.resolve()), "source_fingerprint": store.dataset_fingerprint(source),
                              "num_samples": n, "pool": pool, "sample_shape": list(sample_shape)}
     tmp = partial_path(output)
-    with store.resumable_partial(tmp, output):  # one writer per partial output
+    with locks.resumable_partial(tmp, output):  # one writer per partial output
         # units of whole chunks, at least one batch (a resume keeps the recorded layout)
         unit_rows = -(-(unit_rows or max(batch_size, chunk_n)) // chunk_n) * chunk_n
         state = resumable.open_partial(tmp, job, {"unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}, log,
@@ -235,7 +235,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
         store.write_group(tmp, attrs)
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed (progress kept)
         resumable.finish(tmp)
-        store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
+        atomic.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
         return {"output": str(output), "num_samples": n, "shape": [n, *sample_shape], "pool": pool,
                 "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
                 "labels": labels_copied, "latent_shift_mean": float(np.mean(shift)),
@@ -331,7 +331,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         raise InputError(f"--layers must be one of {', '.join(LAYERS)}, got {layers!r}")
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
-    store.check_output(output, force, "dataset", [source])  # fail before loading anything
+    atomic.check_output(output, force, "dataset", [source])  # fail before loading anything
     source_attrs = source_attributes(source)  # before loading the run: a wrong input fails at once
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

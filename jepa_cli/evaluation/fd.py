@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import store
+from jepa_cli.data import resources, store
 from jepa_cli.errors import InputError
 
 READ_BYTES = 64 << 20  # float64 bytes of features read per step of a pass over a stored array
@@ -315,11 +315,11 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
         raise InputError(f"{a} has {dims[0]}-dimensional features, {b} has {dims[1]}; fd needs the same")
     dim, (n_a, n_b) = dims[0], (sets[0].n, sets[1].n)
     method, work_bytes = fd_method(n_a, n_b, dim)
-    need, free = (n_a + n_b) * dim * 8 + max(work_bytes, precision_recall_bytes(n_a, n_b)), store.available_memory()
+    need, free = (n_a + n_b) * dim * 8 + max(work_bytes, precision_recall_bytes(n_a, n_b)), resources.available_memory()
     if free is not None and need > free:
         raise InputError(f"{a} and {b}: fd of {dim}-dimensional features ({n_a} + {n_b} samples, float64, and the "
-                         f"{method} method's matrices) needs about {store.format_bytes(need)} of memory but "
-                         f"{store.format_bytes(free)} is available; compare in an encoder's space (--run RUN) "
+                         f"{method} method's matrices) needs about {resources.format_bytes(need)} of memory but "
+                         f"{resources.format_bytes(free)} is available; compare in an encoder's space (--run RUN) "
                          "or at a smaller image size (jepa ingest --size)")
     if on_start:
         on_start(n_a + n_b)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data.store import available_memory, format_bytes
+from jepa_cli.data.resources import available_memory, format_bytes
 from jepa_cli.errors import InputError
 
 # torch's typed storage classes (pickled as globals `torch.<Name>`) -> their element dtype

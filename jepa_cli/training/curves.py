@@ -38,7 +38,7 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     `metrics` None: those of DEFAULT_METRICS that some run logged (a flow run logs no representation
     statistics). A metric named that no run logged is an InputError naming it. Returns {"png", "runs",
     "labels", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
-    from jepa_cli.data import store
+    from jepa_cli.data import atomic
     from jepa_cli.training.run import read_metrics, read_run
 
     chosen = metrics is not None
@@ -48,8 +48,8 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     if labels is not None and len(labels) != len(runs):
         raise InputError(f"--label given {len(labels)} time(s) for {len(runs)} run(s): one per run, in order")
     labels = list(labels) if labels is not None else run_labels(runs)
-    store.check_output_file(output, force, store.PNG_MAGIC, "PNG picture")
-    store.check_disjoint(output, runs)  # a run holds only what `jepa train` wrote there
+    atomic.check_output_file(output, force, atomic.PNG_MAGIC, "PNG picture")
+    atomic.check_disjoint(output, runs)  # a run holds only what `jepa train` wrote there
     series: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # run -> (label, rows); a run given twice is drawn once
     for run, label in zip(runs, labels):
         read_run(run)  # a folder that is not a run is refused by name
@@ -95,6 +95,6 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: same bytes on rerun
     plt.close(figure)
-    store.write_file(output, buffer.getvalue(), force, store.PNG_MAGIC, "PNG picture")
+    atomic.write_file(output, buffer.getvalue(), force, atomic.PNG_MAGIC, "PNG picture")
     return {"png": str(output), "runs": [str(r) for r in runs], "labels": labels, "metrics": list(metrics),
             "rows": {run: len(rows) for run, (_, rows) in series.items()}}

@@ -100,7 +100,7 @@ def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
     Returns a summary: the run, its step, the epoch, the source's SHA-256, parameter counts."""
     import jax
 
-    from jepa_cli.data.store import atomic_directory
+    from jepa_cli.data.atomic import atomic_directory
     from jepa_cli.models.convert import from_official
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
     from jepa_cli.training.checkpoint import Checkpoints, sha256_of

@@ -81,14 +81,14 @@ def _check_outputs(config: TrainConfig) -> None:
     """RUN and the --tensorboard folder may not be, contain or lie inside an input (the dataset, the
     --probe-data sets): a --force would delete the dataset's files, event files would mix into it. An
     existing --tensorboard that is not a folder is refused here, before RUN is created."""
-    from jepa_cli.data import store
+    from jepa_cli.data import atomic
 
     inputs = [config.data]
     if config.probe_data:
         inputs += [p.strip() for p in config.probe_data.split(",") if p.strip()]
-    store.check_disjoint(config.out, inputs)
+    atomic.check_disjoint(config.out, inputs)
     if config.tensorboard:
-        store.check_disjoint(config.tensorboard, inputs)
+        atomic.check_disjoint(config.tensorboard, inputs)
         board = Path(config.tensorboard)
         try:
             os.stat(board)  # a name too long, a file as a folder on the way: an OSError the CLI reports in one line

@@ -1,0 +1,265 @@
+"""Atomic outputs: a directory or file is written beside its final path and renamed into place
+only when complete, never over something it did not create (docs/formats.md). An interrupted or
+failed write leaves no output behind and never damages an existing one."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import re
+import shutil
+import signal
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from jepa_cli.data.locks import directory_lock, lock_directory
+from jepa_cli.data.store import check_utf8, read_attributes
+from jepa_cli.errors import InputError, note_completed, raise_if_signalled_since, raise_terminated, signal_mark
+
+PARTIAL_PREFIX = ".{name}.partial-"  # + 8 hex digits: the temporary sibling of an atomic write
+AT_FDCWD, RENAME_NOREPLACE = -100, 1  # linux/fcntl.h, linux/fs.h
+
+
+def check_output(path: str | os.PathLike, force: bool, kind: str,
+                 inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Refuses an output that would destroy data; returns the path.
+
+    Refused: an output that is, contains or lies inside one of `inputs` (symlinks and relative
+    paths resolved); an existing output without `force`; with `force`, anything but a jepa
+    artifact of the same `kind` (its `jepa_kind`), e.g. a user's folder, a file or a run.
+    """
+    path = Path(path)
+    check_disjoint(path, inputs)
+    check_utf8(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: output directory does not exist")
+    if os.path.lexists(path):
+        check_replaceable(path, kind)  # first: suggest --force only where it would work
+        if not force:
+            raise InputError(f"{path}: already exists (use --force to overwrite)")
+    return path
+
+def check_disjoint(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
+    """InputError if `output` is, contains or lies inside one of `inputs` (writing it would delete
+    or mix into an input)."""
+    out = Path(output).resolve()
+    for given in inputs:
+        source = Path(given).resolve()
+        if out == source:
+            relation = "is the input"
+        elif source in out.parents:
+            relation = "lies inside the input"
+        elif out in source.parents:
+            relation = "contains the input"
+        else:
+            continue
+        raise InputError(f"{output}: the output {relation} {given}; choose an output outside every input")
+
+def check_replaceable(path: str | os.PathLike, kind: str, shown: str | os.PathLike | None = None) -> None:
+    """InputError unless `path` is a directory holding a jepa artifact of `kind`: what `--force` may
+    replace. `shown` is the path named in the message (default `path`)."""
+    path = Path(path)
+    shown = shown or path
+    advice = (f"--force replaces only an output of the same kind (jepa_kind {kind!r}); remove it yourself "
+              "or choose another output")
+    if path.is_symlink():
+        raise InputError(f"{shown}: is a symbolic link; {advice}")
+    if not path.is_dir():
+        raise InputError(f"{shown}: is a file, not a jepa output; {advice}")
+    found = _jepa_kind(path)
+    if found != kind:
+        what = f"holds jepa_kind {found!r}" if isinstance(found, str) else "is not a jepa output (no jepa_kind)"
+        raise InputError(f"{shown}: {what}; {advice}")
+
+def _jepa_kind(path: Path) -> Any:
+    """The `jepa_kind` attribute of the directory `path`, or None if it is not a readable zarr group."""
+    try:
+        return read_attributes(path).get("jepa_kind")
+    except InputError:
+        return None
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: Iterable[str | os.PathLike] = (),
+                     log: Callable[[str], None] | None = None) -> Iterator[Path]:
+    """Yields a temporary sibling of `path`; moves it into place only if the block succeeds.
+
+    The output is checked first (`check_output`). Stale partials of earlier writes of `path` whose
+    writer is gone are removed (each reported through `log`). The temporary directory is locked
+    for this process's lifetime (`flock`, released by the kernel even on SIGKILL), which is how a
+    later writer knows it is stale. An exception, SIGINT or SIGTERM inside the block removes it, so
+    a failed or interrupted write never leaves `path` behind (nor damages an existing one).
+    """
+    final = check_output(path, force, kind, inputs)
+    tmp = final.with_name(f"{PARTIAL_PREFIX.format(name=final.name)}{uuid.uuid4().hex[:8]}")
+    lock = None
+    mark = signal_mark()
+    previous = _raise_on_sigterm()  # before mkdir: a signal right after it still removes the partial
+    try:
+        with directory_lock(final.parent):
+            for message in remove_stale_partials(final):
+                if log:
+                    log(message)
+            tmp.mkdir()
+            lock = lock_directory(tmp)
+        yield tmp
+        raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: never commit
+        move_into_place(tmp, final, force, kind)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
+
+def remove_stale_partials(final: str | os.PathLike) -> list[str]:
+    """Removes what interrupted writes of `final` left behind; returns one message per removal.
+
+    `.NAME.partial-<8 hex digits>/` is removed when no process holds its lock (its writer is gone, even
+    if killed with SIGKILL); a live writer's partial is kept. `.NAME.old-<8 hex digits>/`, a jepa output
+    that a `--force` swap replaced, is removed when NAME exists (the swap completed; anything else
+    is kept). encode-latents' resumable `.NAME.partial/` does not match and is kept on purpose.
+    """
+    final = Path(final)
+    partial = re.compile(re.escape(PARTIAL_PREFIX.format(name=final.name)) + "[0-9a-f]{8}")
+    swapped = re.compile(re.escape(f".{final.name}.old-") + "[0-9a-f]{8}")
+    messages = []
+    for entry in sorted(final.parent.iterdir()):
+        if partial.fullmatch(entry.name):
+            lock = lock_directory(entry)
+            if lock is None:  # a live writer holds it (or the file system cannot tell): keep it
+                continue
+            try:
+                shutil.rmtree(entry, ignore_errors=True)
+            finally:
+                os.close(lock)
+            messages.append(f"removed {entry}, left by an interrupted write whose process is gone")
+        elif swapped.fullmatch(entry.name) and final.is_dir() and _jepa_kind(entry) is not None:
+            shutil.rmtree(entry, ignore_errors=True)
+            messages.append(f"removed {entry}, an output replaced by an interrupted --force write")
+    return messages
+
+def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
+    """Renames the finished directory `tmp` to `final`, never over something that appeared meanwhile.
+
+    Without `force` an existing `final` is an InputError (the check and the rename are one atomic
+    step, so of two concurrent writers exactly one wins). With `force` an existing `final` is
+    checked again (`check_replaceable`, at move time), swapped out, and removed once `tmp` is in place.
+    """
+    try:
+        rename_no_replace(tmp, final)
+        note_completed(final)
+        return
+    except FileExistsError:
+        if not force:
+            raise InputError(f"{final}: already exists (another process wrote it while this command ran; "
+                             "use --force to overwrite)") from None
+    trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(final, trash)
+    except FileNotFoundError:  # removed meanwhile: nothing to swap out
+        return move_into_place(tmp, final, force=False, kind=kind)
+    try:
+        check_replaceable(trash, kind, shown=final)  # what was there at move time, now ours alone
+        rename_no_replace(tmp, final)
+    except FileExistsError:  # another writer's output took the place between the two renames: it stays
+        raise InputError(f"{final}: another process wrote it while this command ran (its output is kept)") from None
+    except BaseException:  # also SIGINT/SIGTERM: put the previous output back
+        try:
+            rename_no_replace(trash, final)
+        except OSError:
+            raise InputError(f"{final}: another process wrote it while this command ran; what was there "
+                             f"before is now {trash}") from None
+        raise
+    note_completed(final)
+    shutil.rmtree(trash, ignore_errors=True)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
+
+def check_output_file(path: str | os.PathLike, force: bool, magic: bytes, what: str) -> Path:
+    """Refuses a file output that would destroy data; returns the path. An existing path is refused
+    without `force`, and with `force` unless it is a regular file starting with `magic` (a `what`,
+    e.g. "PNG picture"): a user's other file, a directory or a symbolic link is never replaced."""
+    path = Path(path)
+    check_utf8(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: output directory does not exist")
+    if os.path.lexists(path):
+        _check_replaceable_file(path, magic, what)
+        if not force:
+            raise InputError(f"{path}: already exists (use --force to overwrite)")
+    return path
+
+def _check_replaceable_file(path: Path, magic: bytes, what: str) -> None:
+    advice = f"--force replaces only a {what}; remove it yourself or choose another output"
+    if path.is_symlink() or not path.is_file():
+        raise InputError(f"{path}: is not a regular file; {advice}")
+    with open(path, "rb") as fh:
+        if fh.read(len(magic)) != magic:
+            raise InputError(f"{path}: is not a {what}; {advice}")
+
+def write_file(path: str | os.PathLike, data: bytes, force: bool, magic: bytes, what: str) -> None:
+    """Writes `data` to the file `path` atomically: into a hidden temporary sibling renamed into place,
+    never over a path that appeared meanwhile without `force`, and with `force` only over a `what`
+    (`check_output_file`, checked again at the move)."""
+    path = check_output_file(path, force, magic, what)
+    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    mark = signal_mark()
+    previous = _raise_on_sigterm()
+    try:
+        tmp.write_bytes(data)
+        raise_if_signalled_since(mark)
+        try:
+            rename_no_replace(tmp, path)
+        except FileExistsError:
+            if not force:
+                raise InputError(f"{path}: already exists (another process wrote it while this command ran; "
+                                 "use --force to overwrite)") from None
+            _check_replaceable_file(path, magic, what)
+            os.replace(tmp, path)
+        note_completed(path)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        tmp.unlink(missing_ok=True)
+
+def rename_no_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Renames `src` to `dst`; FileExistsError if `dst` exists, even an empty directory.
+
+    Linux: one atomic renameat2(RENAME_NOREPLACE). Elsewhere, or on a file system without it: the
+    check and os.rename under an flock of the parent directory, which excludes other jepa writers.
+    """
+    if _renameat2 is not None:
+        done = _renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE)
+        if done == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # EINVAL: the file system lacks the flag
+            raise OSError(err, os.strerror(err), str(src), None, str(dst))
+    with directory_lock(Path(dst).parent):
+        if os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+        os.rename(src, dst)
+
+def _load_renameat2():
+    """libc's renameat2, or None where there is none (not Linux, old glibc)."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+_renameat2 = _load_renameat2()
+
+def _raise_on_sigterm():
+    """Turns SIGTERM into Terminated (a KeyboardInterrupt) so cleanup runs; returns the old handler
+    (main thread only)."""
+    try:
+        return signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread
+        return None
