@@ -111,7 +111,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     make_sampler(objective, steps=steps, sampler=sampler, eta=eta)  # refuses a sampler the schedule lacks
     if png is not None and objective.config.modality != "image":
         raise InputError("--png draws image samples; this run samples latents")
-    params = host["params"] if weights == "ema" else host["ema"]  # BROKEN
+    params = host["ema"] if weights == "ema" else host["params"]
     y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
     c = objective.config
     data_shape = (len(y), *row_shape)
