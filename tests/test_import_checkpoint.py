@@ -176,19 +176,21 @@ def test_the_reader_returns_what_torch_saved():
     np.testing.assert_array_equal(weight, golden["enc/blocks.1.mlp.fc2.weight"])
 
 
-def test_strided_and_shared_storages_read_like_torch_does(tmp_path):
-    torch = pytest.importorskip("torch")
+def test_strided_and_shared_storages_read_like_torch_does():
+    """tests/data/torch_layouts.pt (tests/data/make_torch_layouts.py): views of one storage at their
+    own offsets and strides, and every dtype torch names, as torch wrote them."""
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
 
-    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
-    saved = {"t": base.t(), "slice": base[1:3, 2:5], "same": base, "half": base.half(), "long": torch.arange(3),
-             "scalar": torch.tensor(2.5), "param": torch.nn.Parameter(torch.ones(2)), "bf16": base.bfloat16()}
-    torch.save(saved, tmp_path / "x.pt")
-    got = read_torch_checkpoint(tmp_path / "x.pt")
-    for key, value in saved.items():
-        want = value.detach().float().numpy() if key == "bf16" else value.detach().numpy()
-        np.testing.assert_array_equal(got[key].astype(want.dtype), want, err_msg=key)
-        assert str(got[key].dtype) == str(value.dtype).removeprefix("torch."), key
+    got = read_torch_checkpoint(DATA / "torch_layouts.pt")
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    want = {"t": base.T, "slice": base[1:3, 2:5], "same": base, "half": base.astype(np.float16),
+            "long": np.arange(3, dtype=np.int64), "scalar": np.array(2.5, np.float32), "param": np.ones(2, np.float32),
+            "bf16": base}
+    dtypes = {"half": "float16", "long": "int64", "bf16": "bfloat16"}
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        assert str(got[key].dtype) == dtypes.get(key, "float32"), key
+        np.testing.assert_array_equal(np.asarray(got[key], value.dtype), value, err_msg=key)
 
 
 def test_the_imported_checkpoint_carries_the_digest_of_its_files(imported):
