@@ -104,6 +104,12 @@ class TrainConfig:
     final_wd: float = _key(0.4, _Rule("float", 0), "Weight decay at the end.")
     ipe_scale: float = _key(1.0, _Rule("float", 0, low_open=True),
                             "Schedules run over steps x ipe_scale (official 1.0).")
+    # the EMA ramp on its own length: Audio-JEPA ramps over 50 epochs' updates while it stops at 100k updates
+    ema_ramp_steps: int | None = _key(None, _Rule("int", 1, MAX_UPDATES, nullable=True),
+                                      "EMA momentum ramp length in updates (wins over --ema-ramp-epochs; default: "
+                                      "the run's steps x ipe_scale).")
+    ema_ramp_epochs: float | None = _key(None, _Rule("float", 0, low_open=True, nullable=True),
+                                         "EMA momentum ramp length in epochs (num_samples // batch_size updates each).")
     clip_grad: float | None = _key(None, _Rule("float", 0, low_open=True, nullable=True),
                                    "Clip the global gradient norm to this value (default: no clipping).")
     clip_grad_start: int = _key(0, _Rule("int", 0),  # V-JEPA clips only once epoch > warmup
@@ -246,7 +252,8 @@ def check_value(key: str, value: Any, name: str) -> None:
 
 def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
     """steps, iterations per epoch, T_max and warmup in optimizer updates (ints), and the EMA ramp's
-    length ema_t_max = ipe_scale x steps (a float, as the official momentum generator)."""
+    length ema_t_max (schedules.ema_ramp_length: ipe_scale x steps, a float as the official momentum
+    generator, unless ema_ramp_steps or ema_ramp_epochs gives its own)."""
     ipe = num_samples // cfg.batch_size
     if ipe == 0:
         raise InputError(f"--batch-size {cfg.batch_size} is larger than the dataset ({num_samples} examples)")
@@ -269,7 +276,7 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
     else:
         warmup = int(steps * 40 / 300)
     return {"steps": steps, "ipe": ipe, "t_max": t_max, "warmup_steps": warmup,
-            "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale)}
+            "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale, cfg.ema_ramp_steps, cfg.ema_ramp_epochs, ipe)}
 
 
 def warmup_warning(lengths: dict[str, Any]) -> str | None:

@@ -21,9 +21,19 @@ def total_steps(steps: int, ipe_scale: float = 1.0) -> int:
     return max(1, int(ipe_scale * steps))
 
 
-def ema_ramp_length(steps: int, ipe_scale: float = 1.0) -> float:
-    """The EMA momentum ramp's length ipe_scale * steps, unrounded: the official generator divides
-    by the float ipe * num_epochs * ipe_scale (src/train.py), where T_max for the LR is an int."""
+def ema_ramp_length(steps: int, ipe_scale: float = 1.0, ramp_steps: int | None = None,
+                    ramp_epochs: float | None = None, ipe: int | None = None) -> float:
+    """The EMA momentum ramp's length in updates. By default ipe_scale * steps, unrounded: the official
+    I-JEPA generator divides by the float ipe * num_epochs * ipe_scale (src/train.py), where T_max for
+    the LR is an int. `ramp_steps` (updates) or else `ramp_epochs` (x `ipe` updates per epoch, rounded)
+    give the ramp a length of its own: Audio-JEPA's EMA callback ramps over len(train_dataloader) x
+    max_epochs updates (src/callbacks/MA_weight_update_callback.py) while its run stops at max_steps."""
+    if ramp_steps is not None:
+        return float(max(1, int(ramp_steps)))
+    if ramp_epochs is not None:
+        if ipe is None:
+            raise ValueError("ramp_epochs needs ipe, the updates per epoch")
+        return float(max(1, int(round(float(ramp_epochs) * int(ipe)))))
     return max(1.0, float(ipe_scale) * int(steps))
 
 
