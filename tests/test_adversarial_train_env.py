@@ -195,7 +195,7 @@ def test_a_jax_variable_jax_cannot_read_is_one_line_naming_it(command, toy_data,
 
 
 def test_a_full_disk_while_resuming_leaves_metrics_and_no_partial_copy(tmp_path, monkeypatch):
-    from jepa_cli.training import loop
+    from jepa_cli.training import rundir
 
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"step": 1}\n{"step": 2}\n')
@@ -206,6 +206,6 @@ def test_a_full_disk_while_resuming_leaves_metrics_and_no_partial_copy(tmp_path,
 
     monkeypatch.setattr(Path, "write_text", full)
     with pytest.raises(OSError):
-        loop._truncate_metrics(metrics, 1)
+        rundir.truncate_metrics(metrics, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
     assert metrics.read_bytes() == b'{"step": 1}\n{"step": 2}\n'

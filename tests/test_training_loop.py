@@ -197,11 +197,11 @@ def test_run_without_a_checkpoint_is_trained_again_without_force(dataset, tmp_pa
 
 
 def test_truncate_metrics_keeps_rows_up_to_the_step_atomically(tmp_path):
-    from jepa_cli.training.loop import _truncate_metrics
+    from jepa_cli.training.rundir import truncate_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n[3]\n{"step": 3}\n{"step": 4}\n{"step": 5, "lo')
-    _truncate_metrics(path, 3)
+    truncate_metrics(path, 3)
     assert path.read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temporary left
 
@@ -420,11 +420,11 @@ def test_a_process_other_than_0_takes_process_0s_decision_on_run_and_never_looks
     """In a multi-process launch process 0 may already have written RUN/run.json when another process
     gets going; that process must not refuse RUN as "written meanwhile" (it then left process 0 waiting
     in orbax's first barrier forever): it follows the mode process 0 checked under the lock."""
-    from jepa_cli.training.loop import _lock_run
+    from jepa_cli.training.rundir import lock_run
 
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text('{"written": "by process 0, after the plans were made"}')
-    lock, mode = _lock_run(run, main=False, planned="new", resume=False, force=False)
+    lock, mode = lock_run(run, main=False, planned="new", resume=False, force=False)
     assert lock is None and mode == "new"
     assert not (run / ".lock").exists()

@@ -178,7 +178,8 @@ def live_progress(*columns, quiet: bool = False) -> Iterator[Progress]:
 
     Drawn only on a terminal: a redirected stderr gets logs and errors, not redraws (a stopped live
     display there prints its last frame, a blank line when no task was added yet). An exception
-    erases the bar, so that the error's one line is all that stays on stderr."""
+    erases the bar, so that the error's one line is all that stays on stderr; so does the end of a
+    display to which no task was added."""
     from rich.progress import Progress
 
     console = stderr_console(quiet)
@@ -188,6 +189,8 @@ def live_progress(*columns, quiet: bool = False) -> Iterator[Progress]:
         except BaseException:
             progress.live.transient = True
             raise
+        if not progress.tasks:  # nothing to show (`jepa train --steps 0`): no empty frame left behind
+            progress.live.transient = True
 
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"

@@ -7,7 +7,7 @@ import time
 import click
 
 from jepa_cli import options
-from jepa_cli.cli.common import emit, output_options, warn
+from jepa_cli.cli.common import emit, format_duration, output_options, warn
 from jepa_cli.cli.complete import complete_datasets, complete_recipes, complete_runs
 from jepa_cli.errors import InputError, JepaError
 from jepa_cli.masks.config import MultiBlockConfig
@@ -139,7 +139,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
     env_values = _env_values(ctx)
     if print_config:
         from jepa_cli.training.config import to_toml
-        from jepa_cli.training.loop import resolved_config
+        from jepa_cli.training.plan import resolved_config
 
         config = resolve_config(_cli_values(options), config_path, resume=resume, env_values=env_values)
         click.echo(to_toml(resolved_config(config)), nl=False)
@@ -155,54 +155,18 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
 
     import jax
 
+    from jepa_cli.cli.common import live_progress
+    from jepa_cli.evaluation.online import training_probe
+
     main = jax.process_index() == 0
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from jepa_cli.cli.common import stderr_console, stderr_log
-    from jepa_cli.evaluation.features import accuracy_text
-
-    console = stderr_console(quiet or not main)
-    plain = not console.is_terminal  # SLURM, nohup, 2>file: one plain line every log_every updates, no bar
-    log = stderr_log(quiet or not main, console)
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
-                        TextColumn("{task.fields[knn]}"), TimeRemainingColumn(), console=console,
-                        disable=quiet or not main or plain)
-    task = {}
-
-    def on_start(info):
-        log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
-            f"{info['devices']} devices, {info['processes']} process(es)")
-        if info["steps"] > info["start_step"]:  # no bar for a run with no update to make (`--steps 0`)
-            task["id"] = progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-",
-                                          rate="", knn="")
-            progress.start()  # only once validation passed: a refusal prints its one error line and nothing else
-        task.update(t=None, steps=info["steps"], line_step=info["start_step"], line_t=time.perf_counter())
-
-    def on_step(m):
-        now = time.perf_counter()
-        rate = ""
-        if task.get("t") is not None:
-            rate = f"{config.batch_size / max(now - task['t'], 1e-9):,.0f} ex/s"
-        task["t"] = now
-        loss = m.get("loss")
-        progress.update(task["id"], completed=m["step"], loss=f"{loss:.4f}" if loss is not None else "nan", rate=rate)
-        if m.get("knn_top1") is not None:  # a training-time probe ran at this step
-            progress.update(task["id"], knn=f"k-NN {m['knn_top1']:.3f}")
-            log(f"step {m['step']}: k-NN {accuracy_text(m['knn_top1'], m['knn_top5'])} "
-                f"({m['probe_seconds']:.1f} s)")
-        if plain and (m["step"] % config.log_every == 0 or m["step"] == task["steps"]):
-            done, seconds = m["step"] - task["line_step"], now - task["line_t"]
-            log(plain_step_line(m, task["steps"], done, seconds, config.batch_size))
-            task.update(line_step=m["step"], line_t=now)  # the next line's rate covers the updates since this one
-
-    callbacks = Callbacks(on_start=on_start, on_step=on_step, on_log=log,
-                          on_warning=lambda message: warn(message, quiet or not main),
-                          on_checkpoint=(lambda s: log(f"checkpoint {s}")) if verbose else (lambda s: None))
-    try:
-        summary = train(config, callbacks=callbacks, resume=resume, force=force, allow_new_data=allow_new_data)
-    finally:
-        progress.stop()
+    silent = quiet or not main
+    with live_progress(*TrainProgress.columns(), quiet=silent) as progress:
+        shown = TrainProgress(progress, config.log_every, config.batch_size, quiet=silent)
+        callbacks = Callbacks(on_start=shown.on_start, on_step=shown.on_step, on_probe=shown.on_probe, on_log=shown.log,
+                              on_warning=lambda message: warn(message, silent),
+                              on_checkpoint=(lambda s: shown.log(f"checkpoint {s}")) if verbose else (lambda s: None))
+        summary = train(config, callbacks=callbacks, resume=resume, force=force, allow_new_data=allow_new_data,
+                        make_probe=training_probe)
     if main:
         result = {k: summary.get(k) for k in ("run", "step", "loss", "steps", "objective", "checkpoints")}
         result.update({k: v for k, v in (summary.get("last_metrics") or {}).items() if k not in result})
@@ -245,12 +209,88 @@ def _env_values(ctx: click.Context) -> dict:
     return merge(values, {"objective_config": objective_config})
 
 
+class TrainProgress:
+    """`jepa train`'s progress on stderr, drawn by common.live_progress: on a terminal a bar with the
+    loss, the learning rate, a collapse metric (the target features' effective rank, or their std),
+    examples/s, the last k-NN score and the time left; elsewhere (SLURM, nohup, 2>file) one plain line
+    every `log_every` updates. The rate and the time left are timed from the first update's report, so
+    that compiling the step does not count. A run with no update to make (`--steps 0`) draws no bar."""
+
+    @staticmethod
+    def columns() -> list:
+        """The bar's columns (live_progress)."""
+        from rich.progress import BarColumn, MofNCompleteColumn
+
+        return ["[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                "loss {task.fields[loss]}", "{task.fields[lr]}", "{task.fields[collapse]}", "{task.fields[rate]}",
+                "{task.fields[knn]}", "{task.fields[eta]}"]
+
+    def __init__(self, progress, log_every: int, batch_size: int, quiet: bool = False) -> None:
+        from jepa_cli.cli.common import stderr_log
+
+        self.progress, self.log_every, self.batch_size = progress, log_every, batch_size
+        self.plain = not quiet and not progress.console.is_terminal
+        self.log = stderr_log(quiet, progress.console)  # a line above the bar
+        self.task = None
+        self.steps = 0
+        self.first: tuple[int, float] | None = None  # (step, time) of the first report: the clock's start
+        self.previous: float | None = None  # time of the last report (the bar's examples/s)
+        self.line: tuple[int, float] | None = None  # (step, time) of the last plain line
+
+    def on_start(self, info: dict) -> None:
+        self.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
+                 f"{info['devices']} devices, {info['processes']} process(es)")
+        self.steps = info["steps"]
+        if info["steps"] > info["start_step"]:  # added once validation passed: a refusal leaves its line alone
+            self.task = self.progress.add_task("train", total=info["steps"], completed=info["start_step"], loss="-",
+                                               lr="", collapse="", rate="", knn="", eta="")
+
+    def on_step(self, metrics: dict) -> None:
+        now, step = time.perf_counter(), metrics["step"]
+        if self.first is None:
+            self.first = self.line = (step, now)
+        rate = f"{self.batch_size / max(now - self.previous, 1e-9):,.0f} ex/s" if self.previous is not None else ""
+        self.previous = now
+        if self.task is not None:
+            loss = metrics.get("loss")
+            eta = self.eta(step, now)
+            self.progress.update(self.task, completed=step, loss=f"{loss:.4f}" if loss is not None else "nan",
+                                 lr=f"lr {metrics['lr']:.2e}" if metrics.get("lr") is not None else "",
+                                 collapse=collapse_text(metrics), rate=rate,
+                                 eta=f"ETA {format_duration(eta)}" if eta is not None else "")
+        if self.plain and (step % self.log_every == 0 or step == self.steps):
+            done, seconds = step - self.line[0], now - self.line[1]
+            self.log(plain_step_line(metrics, self.steps, done, seconds, self.batch_size))
+            self.line = (step, now)  # the next line's rate covers the updates since this one
+
+    def on_probe(self, row: dict) -> None:
+        from jepa_cli.evaluation.features import accuracy_text
+
+        when = "the initialisation" if row["step"] == 0 else f"{row['probe_seconds']:.1f} s"
+        self.log(f"step {row['step']}: k-NN {accuracy_text(row['knn_top1'], row['knn_top5'])} ({when})")
+        if self.task is not None:
+            self.progress.update(self.task, knn=f"k-NN {row['knn_top1']:.3f}")
+
+    def eta(self, step: int, now: float) -> float | None:
+        """Seconds left at `step`, from the mean time per update since the first report; None before
+        a second report."""
+        done = step - self.first[0]
+        return (self.steps - step) * (now - self.first[1]) / done if done > 0 else None
+
+
+def collapse_text(metrics: dict) -> str:
+    """What the bar shows of a collapse: `rank 12.3` (the target features' effective rank), else
+    `std 0.0123` (target_std, else repr_std); empty when the objective reports none."""
+    if metrics.get("effective_rank") is not None:
+        return f"rank {metrics['effective_rank']:.1f}"
+    std = metrics.get("target_std", metrics.get("repr_std"))
+    return f"std {std:.3g}" if std is not None else ""
+
+
 def plain_step_line(metrics: dict, steps: int, done: int, elapsed_s: float, batch_size: int) -> str:
     """One log line of a training step for a non-terminal stderr:
     `step 120/500 loss 0.1234 lr 4.10e-04 312 ex/s ETA 1m23s`, the rate and ETA from the last `done`
-    updates, which took `elapsed_s`."""
-    from jepa_cli.cli.common import format_duration
-
+    updates, which took `elapsed_s` (none on a line with no update timed before it)."""
     step = metrics["step"]
     parts = [f"step {step}/{steps}"]
     if metrics.get("loss") is not None:

@@ -13,8 +13,9 @@ Both datasets are read once and kept in memory after the transform: use a few th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,6 +31,30 @@ def parse_probe_data(value: str | None) -> tuple[Path, Path]:
     if len(parts) != 2 or not all(parts):
         raise InputError(f"--probe-data must be TRAIN.zarr,TEST.zarr (two labelled datasets), got {value!r}")
     return Path(parts[0]), Path(parts[1])
+
+
+def training_probe(config: Any, objective: Any, abstract_state: Any, out: Path) -> Callable[[Any], dict[str, float]]:
+    """The probe `jepa train` hands the trainer (training/loop.py `train(make_probe=...)`): a function
+    of a TrainState that scores its target (EMA) encoder, as I-JEPA evaluates, on `config.probe_data`
+    with `config.probe_k` neighbours, and adds the seconds that took (`probe_seconds`). The datasets
+    are read and the encoder traced on `abstract_state` here, before the trainer writes anything."""
+    probe = OnlineProbe(objective, *parse_probe_data(config.probe_data), config.probe_k,
+                        config.objective_config.get("image_size"), config.objective_config.get("channels"))
+    probe.check(_target_encoder(objective, abstract_state, out))
+
+    def score(state: Any) -> dict[str, float]:
+        start = time.perf_counter()
+        scores = probe(_target_encoder(objective, state, out))
+        return {**scores, "probe_seconds": time.perf_counter() - start}
+
+    return score
+
+
+def _target_encoder(objective: Any, state: Any, out: Path) -> Any:
+    """The parameters the training-time probe encodes with: the target (EMA) encoder."""
+    from jepa_cli.evaluation.encode import select_encoder
+
+    return select_encoder(objective, {"params": state.params, "ema": state.ema}, "target", out)
 
 
 class OnlineProbe:
