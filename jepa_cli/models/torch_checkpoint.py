@@ -6,6 +6,14 @@ bytes). The pickle is read with an allow-list, like `torch.load(weights_only=Tru
 numbers, strings, OrderedDict and tensors are rebuilt; any other class (which a pickle could use to
 run code) is refused with an InputError. Tensors come back as C-contiguous NumPy arrays.
 
+Only what is asked for is read: `keys` names the top-level entries whose tensors are loaded; every
+other tensor stays a TensorRef (its shape and dtype, no bytes read), so an optimizer's moments cost
+nothing and a model's size can be told from its shapes alone. `inert=True` (for PyTorch Lightning
+checkpoints, whose hyper-parameters pickle classes such as functools.partial and callbacks) keeps
+each object of another class as an Inert record of its pickled arguments instead of refusing it:
+no class outside the allow-list is ever imported or called, so nothing in the file runs; a
+reference to a module that runs code (os, subprocess, builtins.eval, ...) is still refused.
+
 Nothing in the file is trusted to fit: each tensor's storage offset, sizes and strides are checked
 against its storage's element count before a view is taken (a bad one would read, or crash on,
 memory outside the storage), each storage against its bytes in the archive, and every storage and
@@ -21,7 +29,7 @@ import math
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -37,9 +45,98 @@ _STORAGE_DTYPES = {
 
 
 class _Storage:
-    def __init__(self, key: str, data: np.ndarray):
+    """One storage of the archive, read on first use (`load`): a storage only unselected tensors use
+    is never read."""
+
+    def __init__(self, key: str, dtype: np.dtype, numel: int, read: Callable[[], bytes]):
         self.key = key  # the storage's file name under <prefix>/data/
-        self.data = data  # 1-D array of the storage's elements
+        self.dtype = dtype
+        self.numel = numel
+        self._read = read
+        self._data: np.ndarray | None = None
+
+    def load(self, budget: "_Budget") -> np.ndarray:
+        """The storage's elements as a 1-D array (read once, charged to `budget` then)."""
+        if self._data is None:
+            budget.charge(self.numel * self.dtype.itemsize, f"storage {self.key} ({self.numel} elements)")
+            raw = self._read()
+            if len(raw) < self.numel * self.dtype.itemsize:
+                raise ValueError(f"storage {self.key} is shorter than its {self.numel} elements")
+            self._data = np.frombuffer(raw, dtype=self.dtype, count=self.numel)
+        return self._data
+
+
+class TensorRef:
+    """A tensor of the checkpoint that was not loaded: its shape and dtype (and, inside the reader,
+    the checked view of its storage)."""
+
+    def __init__(self, storage: _Storage, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]):
+        self._storage, self._offset, self._stride = storage, offset, stride
+        self.shape = shape
+        self.dtype = storage.dtype
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"TensorRef({list(self.shape)}, {self.dtype})"
+
+    def load(self, budget: "_Budget") -> np.ndarray:
+        data = self._storage.load(budget)
+        budget.charge(self.size * data.itemsize, f"a tensor of size {list(self.shape)} on storage {self._storage.key}")
+        if 0 in self.shape:
+            return np.zeros(self.shape, data.dtype)
+        view = np.lib.stride_tricks.as_strided(data[self._offset:], shape=self.shape,
+                                               strides=tuple(s * data.itemsize for s in self._stride))
+        return np.array(view)  # a copy: contiguous and independent of the archive's buffer
+
+
+class Inert:
+    """An object of a class outside the allow-list, kept as data (inert mode): `cls` is the
+    "module.name" the pickle named, `args` what it was called with, `state` what was set on it.
+    Nothing of that class is imported or run."""
+
+    cls = "?"
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.args, obj.kwargs, obj.state = args, kwargs, None
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        self.state = state
+
+    # a pickled dict or list subclass fills itself after construction: kept, as data, in `items`
+    def __setitem__(self, key, value):
+        self.__dict__.setdefault("items", []).append((key, value))
+
+    def append(self, value):
+        self.__dict__.setdefault("items", []).append(value)
+
+    def extend(self, values):
+        self.__dict__.setdefault("items", []).extend(values)
+
+    def __repr__(self) -> str:
+        return f"<inert {self.cls}>"
+
+
+# modules and builtins a pickle reaches to run code: refused even in inert mode, so that a file
+# built to run something is an error rather than a quietly inert record
+_CODE_MODULES = frozenset({"os", "posix", "nt", "subprocess", "sys", "shutil", "importlib", "runpy", "socket",
+                           "ctypes", "code", "codeop", "pty", "webbrowser", "pickle", "_pickle", "marshal",
+                           "multiprocessing", "signal", "asyncio", "pdb", "platform", "tempfile", "io", "_io",
+                           "pathlib", "commands", "popen2", "timeit", "cProfile", "profile", "trace"})
+_CODE_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "open", "breakpoint", "input", "exit",
+                            "quit", "help", "globals", "locals", "vars", "delattr", "setattr", "memoryview"})
+
+
+def _runs_code(module: str, name: str) -> bool:
+    root = module.split(".")[0]
+    return root in _CODE_MODULES or (root in ("builtins", "__builtin__") and name in _CODE_BUILTINS)
 
 
 class _Budget:
@@ -75,7 +172,7 @@ def _check_view(storage: _Storage, offset: Any, size: Any, stride: Any) -> tuple
     offset = _count(offset, f"the storage offset of {where}")
     size = tuple(_count(n, f"a size of {where}") for n in size)
     stride = tuple(_count(s, f"a stride of {where}") for s in stride)
-    numel = storage.data.size
+    numel = storage.numel
     if 0 in size:
         if offset > numel:
             raise ValueError(f"{where} starts at element {offset}, past the end of its {numel} elements")
@@ -87,23 +184,13 @@ def _check_view(storage: _Storage, offset: Any, size: Any, stride: Any) -> tuple
     return offset, size, stride
 
 
-def _rebuilder(budget: _Budget) -> Callable[..., np.ndarray]:
-    """torch._utils._rebuild_tensor_v2 for one read, charging each tensor's bytes to `budget`."""
-
-    def rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_ignored) -> np.ndarray:
-        """_rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks[, meta])."""
-        if not isinstance(storage, _Storage):
-            raise ValueError(f"a tensor refers to a {type(storage).__name__}, not to a storage")
-        offset, size, stride = _check_view(storage, offset, size, stride)
-        data = storage.data
-        budget.charge(math.prod(size) * data.itemsize, f"a tensor of size {list(size)} on storage {storage.key}")
-        if 0 in size:
-            return np.zeros(size, data.dtype)
-        view = np.lib.stride_tricks.as_strided(data[offset:], shape=size,
-                                               strides=tuple(s * data.itemsize for s in stride))
-        return np.array(view)  # a copy: contiguous and independent of the archive's buffer
-
-    return rebuild_tensor
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_ignored) -> TensorRef:
+    """torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks[, meta]),
+    as a checked reference: the bytes are read only if the tensor is selected."""
+    if not isinstance(storage, _Storage):
+        raise ValueError(f"a tensor refers to a {type(storage).__name__}, not to a storage")
+    offset, size, stride = _check_view(storage, offset, size, stride)
+    return TensorRef(storage, offset, size, stride)
 
 
 def _rebuild_parameter(data, *_ignored):
@@ -114,7 +201,8 @@ def _rebuild_parameter(data, *_ignored):
 _ALLOWED = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-}  # and ("torch._utils", "_rebuild_tensor_v2"): a _rebuilder per read
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+}
 
 
 def _dtype(name: str):
@@ -125,11 +213,34 @@ def _dtype(name: str):
     return name
 
 
-def read_torch_checkpoint(path: str | Path) -> Any:
-    """The object a `torch.save` file holds, with every tensor as a NumPy array.
+def _materialise(obj: Any, budget: _Budget, seen: dict[int, Any]) -> Any:
+    """`obj` with every TensorRef inside its dicts, lists and tuples loaded (Inert records are left
+    alone: nothing is needed from them). Containers are the reader's own, so they are filled in place."""
+    if isinstance(obj, TensorRef):
+        return obj.load(budget)
+    if id(obj) in seen:
+        return seen[id(obj)]
+    if isinstance(obj, dict):
+        seen[id(obj)] = obj
+        for k, v in obj.items():
+            obj[k] = _materialise(v, budget, seen)
+    elif isinstance(obj, list):
+        seen[id(obj)] = obj
+        obj[:] = [_materialise(v, budget, seen) for v in obj]
+    elif isinstance(obj, tuple):
+        seen[id(obj)] = obj
+        obj = seen[id(obj)] = tuple(_materialise(v, budget, seen) for v in obj)
+    return obj
+
+
+def read_torch_checkpoint(path: str | Path, keys: Iterable[str] | None = None, inert: bool = False) -> Any:
+    """The object a `torch.save` file holds, with the tensors under the top-level `keys` (None: all)
+    as NumPy arrays and every other tensor as a TensorRef; `inert`: objects of other classes become
+    Inert records (see the module docstring) instead of an error.
 
     InputError (one line, naming the file) for a missing, truncated or non-zip file, a legacy-format
-    file, and a pickle that needs a class outside the allow-list."""
+    file, a pickle that needs a class outside the allow-list (in inert mode: one that runs code), and
+    a selected key the file does not hold as a dict entry."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such checkpoint file")
@@ -148,17 +259,23 @@ def read_torch_checkpoint(path: str | Path) -> Any:
             raise InputError(f"{path}: saved on a big-endian machine, which is not supported")
 
         storages: dict[str, _Storage] = {}
-        budget = _Budget(available_memory())
-        allowed = {**_ALLOWED, ("torch._utils", "_rebuild_tensor_v2"): _rebuilder(budget)}
+        inert_classes: dict[tuple[str, str], type] = {}
 
         class Unpickler(pickle.Unpickler):
             def find_class(self, module: str, name: str):
-                if (module, name) in allowed:
-                    return allowed[(module, name)]
+                if (module, name) in _ALLOWED:
+                    return _ALLOWED[(module, name)]
                 if module == "torch" and name in _STORAGE_DTYPES:
                     return name
-                raise InputError(f"{path}: holds a {module}.{name} object, not only tensors and plain data "
-                                 "(refusing to unpickle it: a checkpoint never needs that)")
+                if _runs_code(module, name):
+                    raise InputError(f"{path}: holds a call to {module}.{name}, which would run code when "
+                                     "unpickled (refused; nothing in the file was run)")
+                if not inert:
+                    raise InputError(f"{path}: holds a {module}.{name} object, not only tensors and plain data "
+                                     "(refusing to unpickle it: a checkpoint never needs that)")
+                if (module, name) not in inert_classes:
+                    inert_classes[(module, name)] = type(name, (Inert,), {"cls": f"{module}.{name}"})
+                return inert_classes[(module, name)]
 
             def persistent_load(self, pid):
                 if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
@@ -168,21 +285,31 @@ def read_torch_checkpoint(path: str | Path) -> Any:
                     raise ValueError(f"a storage of kind {kind!r} and key {key!r}, not a torch storage")
                 if key not in storages:
                     dtype = np.dtype(_dtype(_STORAGE_DTYPES[kind]))
-                    nbytes = _count(numel, f"the element count of storage {key}") * dtype.itemsize
+                    numel = _count(numel, f"the element count of storage {key}")
                     name = f"{prefix}data/{key}"
-                    if archive.getinfo(name).file_size < nbytes:
+                    if archive.getinfo(name).file_size < numel * dtype.itemsize:
                         raise ValueError(f"storage {key} is shorter than its {numel} elements")
-                    budget.charge(nbytes, f"storage {key} ({numel} elements)")
-                    with archive.open(name) as member:
-                        raw = member.read(nbytes)
-                    if len(raw) < nbytes:
-                        raise ValueError(f"storage {key} is shorter than its {numel} elements")
-                    storages[key] = _Storage(key, np.frombuffer(raw, dtype=dtype, count=numel))
+
+                    def read(name=name, nbytes=numel * dtype.itemsize) -> bytes:
+                        with archive.open(name) as member:
+                            return member.read(nbytes)
+
+                    storages[key] = _Storage(key, dtype, numel, read)
                 return storages[key]
 
         try:
             with archive.open(pickles[0]) as f:
-                return Unpickler(f).load()
+                obj = Unpickler(f).load()
+            budget = _Budget(available_memory())
+            if keys is None:
+                return _materialise(obj, budget, {})
+            keys = list(keys)
+            if not isinstance(obj, dict):
+                raise InputError(f"{path}: holds a {type(obj).__name__}, not a dict of {', '.join(keys)}")
+            for key in keys:
+                if key in obj:
+                    obj[key] = _materialise(obj[key], budget, {})
+            return obj
         except InputError:
             raise
         except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, AttributeError, IndexError,
