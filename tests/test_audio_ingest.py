@@ -166,7 +166,7 @@ def test_builtin_tones_is_a_seeded_labelled_set(run_cli, tmp_path):
     assert 1.0 <= durations.min() and durations.max() <= 2.0 and durations.std() > 0.2
     x = read(out / "inputs")
     assert np.abs(x).max() <= 1.0 and np.all(np.abs(x).max(axis=1) > 0.05)
-    from jepa_cli.data.audio import tones_source
+    from jepa_cli.data.tones import tones_source
 
     again = tones_source().read(7, 8000)[0]
     np.testing.assert_array_equal(x[7], again[(len(again) - 8000) // 2:][:8000])  # same clip, centre second

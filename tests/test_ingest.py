@@ -125,7 +125,7 @@ def test_splits_are_disjoint_stratified_and_cover_the_source(run_cli, tmp_path):
 
 
 def test_split_indices_are_disjoint_and_cover_every_sample():
-    from jepa_cli.data.ingest import split_indices
+    from jepa_cli.data.splits import split_indices
 
     labels = np.arange(103) % 4
     train = split_indices(labels, 103, "train", 0.3, seed=5)

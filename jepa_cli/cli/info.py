@@ -38,11 +38,11 @@ def command(path: str, png_path: str | None, samples: int, force: bool, as_json:
 
             raise InputError(f"{path}: --png draws a dataset's samples, not a {description['kind']}")
         if description.get("modality") == "audio":
-            from jepa_cli.data.audio import spectrogram_png
+            from jepa_cli.data.pictures import spectrogram_png
 
             description["png"] = spectrogram_png(path, png_path, samples, force)["png"]
         else:
-            from jepa_cli.data.video import write_strip_png
+            from jepa_cli.data.pictures import write_strip_png
 
             description["png"] = write_strip_png(path, png_path, samples, force)
     emit(description, as_json, _human)

@@ -6,15 +6,15 @@ from __future__ import annotations
 from jepa_cli.cli.common import emit, progress_bar, stderr_console, stderr_log
 
 
-def ingest_audio_command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex, split,
-                         test_fraction, seed, limit, skip_bad, force, as_json, quiet) -> None:
+def ingest_audio_command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex, group_regex,
+                         group_column, split, test_fraction, seed, limit, skip_bad, force, as_json, quiet) -> None:
     from jepa_cli.data.audio import DEFAULT_SAMPLE_RATE, DEFAULT_SECONDS, ingest_audio, open_audio_source
     from jepa_cli.errors import InputError
 
     for flag, value in (("--size", size), ("--channels", channels)):
         if value is not None:
             raise InputError(f"{flag} applies to images only ({source} is an audio source)")
-    opened = open_audio_source(source, labels_path, label_regex)
+    opened = open_audio_source(source, labels_path, label_regex, group_regex, group_column)
     with progress_bar(f"ingest {source}", None, "clips", quiet=quiet or as_json) as advance:
         summary = ingest_audio(opened, out, sample_rate=DEFAULT_SAMPLE_RATE if sample_rate is None else sample_rate,
                                seconds=DEFAULT_SECONDS if seconds is None else seconds, split=split,
@@ -24,4 +24,5 @@ def ingest_audio_command(source, out, labels_path, size, channels, sample_rate, 
         stderr_console(quiet).print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} float32 audio at {summary['sample_rate']} Hz"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
+         + (f", {summary['groups']} groups" if "groups" in summary else "")
          + (f", skipped {summary['skipped']}" if summary["skipped"] else ""))

@@ -11,6 +11,7 @@ import numpy as np
 
 from jepa_cli.data import atomic, resources, store
 from jepa_cli.data.sources import BadSample, Source, to_uint8
+from jepa_cli.data.splits import group_names_of, split_attribute, split_indices
 from jepa_cli.errors import InputError
 
 # Pillow modes a folder of images can hold, by how their pixels become uint8 (docs/formats.md):
@@ -23,29 +24,6 @@ GRAY_MODES = {"1", "L", "LA"} | WIDE_MODES  # kept as one channel by default
 # (the same for 2,000 and 40,000 samples), 7.3-9.6 samples when a chunk holds one sample.
 CHUNKS_IN_MEMORY, SAMPLES_IN_MEMORY = 8, 6
 INDEX_BYTES = 24  # per sample and per frame of a clip: an int64 index and two temporaries while it is computed
-
-
-def split_indices(labels: np.ndarray | None, count: int, split: str | None, test_fraction: float,
-                  seed: int) -> np.ndarray:
-    """Sorted sample indices of a deterministic stratified split (all indices when `split` is None).
-
-    Within each class a permutation from `default_rng(seed)` sends the first round(n_c * F) samples
-    to `test`; `train` gets the rest, so the two splits are disjoint and cover the source.
-    """
-    if split is None:
-        return np.arange(count)
-    if split not in ("train", "test"):
-        raise InputError(f"--split must be train or test, got {split!r}")
-    if not 0.0 < test_fraction < 1.0:
-        raise InputError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
-    rng = np.random.default_rng(seed)
-    groups = labels if labels is not None else np.zeros(count, np.int32)
-    test = np.zeros(count, bool)
-    for value in np.unique(groups):
-        members = np.flatnonzero(groups == value)
-        chosen = rng.permutation(members)[: int(round(len(members) * test_fraction))]
-        test[chosen] = True
-    return np.flatnonzero(test if split == "test" else ~test)
 
 
 def to_image(sample: Any, size: tuple[int, int] | None, channels: int | None, name: str) -> np.ndarray:
@@ -150,8 +128,10 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     if native is not None:  # a clip's size from headers: refuse a request that cannot fit before decoding it
         native = (*native[:-1], channels or native[-1])
         _check_room(out, source.count if limit is None else min(limit, source.count), native, codec, size, k)
+    video_groups = None if source.groups is None else source.groups[::k]
     indices = split_indices(None if source.labels is None else source.labels[::k], source.count // k, split,
-                            test_fraction, seed)
+                            test_fraction, seed, video_groups)
+    side_groups = group_names_of(video_groups, source.group_names, indices)
     indices = (indices[:, None] * k + np.arange(k)).reshape(-1)
     if limit is not None:
         indices = indices[:limit]
@@ -199,7 +179,7 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
             layout=codec.layout,
             class_names=list(source.class_names),
             source=source.description,
-            split=None if split is None else {"name": split, "test_fraction": test_fraction, "seed": seed},
+            split=split_attribute(split, test_fraction, seed, source.grouping, side_groups),
             num_samples=written,
             skipped=skipped,
             **source.attributes,
@@ -216,6 +196,8 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     }
     if "padded" in source.attributes:
         summary["padded"] = len(source.attributes["padded"])
+    if side_groups is not None:
+        summary["groups"] = len(side_groups)
     if source.labels is not None:
         summary["label_histogram"] = np.bincount(kept_labels, minlength=len(source.class_names)).tolist()
     return summary

@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import folders
+from jepa_cli.data import folders, labels
 from jepa_cli.data.folders import IMAGE_EXTENSIONS
+from jepa_cli.data.labels import Naming
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 from jepa_cli.names import BUILTIN_SOURCES
@@ -54,21 +55,43 @@ class Source:
     # video: the shape [T, H, W, C] of the first sample at its own size, from headers only (None when
     # they cannot tell), so that ingest refuses a clip too big for memory before decoding one
     peek: Callable[[], tuple[int, ...] | None] | None = None
+    groups: np.ndarray | None = None  # int32 [count], indices into group_names: what --split keeps together
+    group_names: list[str] = field(default_factory=list)
+    grouping: dict[str, Any] | None = None  # how the groups were found (data/labels.py Naming.provenance)
 
 
-def open_source(spec: str, labels_path: str | None = None, clip: Any = None) -> Source:
+def open_source(spec: str, labels_path: str | None = None, clip: Any = None, *, label_regex: str | None = None,
+                group_regex: str | None = None, group_column: str | None = None) -> Source:
     """Opens `spec`: `builtin:NAME`, a folder of images, one image, a .npy/.npz file or an IDX file (maybe .gz),
     or video (data/video.py): a video file, a folder of videos or frame folders, a [N, T, H, W, C]
-    array. `clip` (video.ClipOptions) says how clips are cut; set options are refused for images."""
-    source = _open_source(spec, labels_path, clip)
+    array. `clip` (video.ClipOptions) says how clips are cut; set options are refused for images.
+    `labels_path` is a label file of an array source, or a labels CSV of a folder; `label_regex`,
+    `group_regex` and `group_column` name a folder's items (data/labels.py)."""
+    source = _open_source(spec, labels_path, clip, label_regex, group_regex, group_column)
     if source.codec is None and clip is not None and clip.explicit:
         raise InputError(f"{spec}: --frames, --frame-stride and --clips-per-video apply to video sources only")
     return source
 
 
-def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
-    from jepa_cli.data import video
+def _open_source(spec: str, labels_path: str | None, clip: Any, label_regex: str | None, group_regex: str | None,
+                 group_column: str | None) -> Source:
+    from jepa_cli.data import moving_digits, video
 
+    path = Path(spec)
+    if path.is_dir() and not spec.startswith("builtin:"):
+        naming = Naming(labels_path, label_regex, group_regex, group_column)
+        if video.is_video_folder(path, clip is not None and clip.explicit):
+            return video.folder_source(path, clip, naming)
+        source = _image_folder(path, naming)
+        source.paths = [path] + ([Path(labels_path)] if labels_path else [])
+        return source
+    for flag, value in (("--label-regex", label_regex), ("--group-regex", group_regex),
+                        ("--group-column", group_column)):
+        if value is not None:
+            raise InputError(f"{flag} applies to a folder source, whose file names it reads; {spec} is not one")
+    if labels_path is not None and labels_path.lower().endswith(".csv"):
+        raise InputError(f"--labels {labels_path}: a CSV of path,label rows labels the files of a folder source; "
+                         f"{spec} is not one (an array source takes .npy, .txt or IDX labels)")
     if spec.startswith("builtin:"):
         if labels_path:
             raise InputError("--labels does not apply to a builtin: source")
@@ -76,20 +99,11 @@ def _open_source(spec: str, labels_path: str | None, clip: Any) -> Source:
         if name == "moving-digits":
             if clip is not None and clip.explicit:
                 raise InputError(f"{spec}: --frames, --frame-stride and --clips-per-video do not apply to it (its clips "
-                                 f"are {video.MOVING_FRAMES} frames, one per digit)")
-            return video.moving_digits(query)
+                                 f"are {moving_digits.MOVING_FRAMES} frames, one per digit)")
+            return moving_digits.moving_digits(query)
         return _builtin(spec.removeprefix("builtin:"))
-    path = Path(spec)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
-    if path.is_dir():
-        if labels_path:
-            raise InputError("--labels does not apply to a folder (labels come from its subfolders)")
-        if video.is_video_folder(path, clip is not None and clip.explicit):
-            return video.folder_source(path, clip)
-        source = _image_folder(path)
-        source.paths = [path]
-        return source
     name = path.name.lower()
     if video.is_video_file(path):
         source = video.file_source(path, clip)
@@ -137,7 +151,22 @@ def _builtin(name: str) -> Source:
     return source
 
 
-def _image_folder(root: Path) -> Source:
+def _image_folder(root: Path, naming: Naming) -> Source:
+    """ROOT/<class>/* (labelled by folder) or ROOT/* (unlabelled), relabelled or grouped as `naming` says."""
+    files, label_array, class_names = _image_folder_listing(root)
+    if naming.relabels or naming.grouped:
+        named = labels.name_items(root, files, naming, "image files", None)
+        if naming.relabels:
+            label_array, class_names = labels.class_ids(named.labels)
+        source = _image_files(root, files, label_array, class_names)
+        source.groups, source.group_names = labels.class_ids(named.groups)
+        source.grouping = naming.provenance() if naming.grouped else None
+        return source
+    return _image_files(root, files, label_array, class_names)
+
+
+def _image_folder_listing(root: Path) -> tuple[list[Path], np.ndarray | None, list[str]]:
+    """The image files of a folder, their labels by class folder (None when flat) and the class names."""
     subdirs = folders.subfolders(root)
     if subdirs:
         files: list[Path] = []
@@ -153,7 +182,7 @@ def _image_folder(root: Path) -> Source:
     if not files:
         raise InputError(f"{root}: no image files found ({', '.join(sorted(IMAGE_EXTENSIONS))}), nor audio files "
                          "(.flac, .ogg, .wav) at any depth")
-    return _image_files(root, files, label_array, class_names)
+    return files, label_array, class_names
 
 
 def _image_files(where: Path, files: list[Path], label_array: np.ndarray | None, class_names: list[str]) -> Source:

@@ -1,5 +1,6 @@
-"""Video sources for `jepa ingest`: clip arrays, folders of frame images, video files (PyAV), and
-`builtin:moving-digits`. Every one yields clips uint8 [T, H, W, C] (docs/formats.md, "Video").
+"""Video sources for `jepa ingest`: clip arrays, folders of frame images, video files (PyAV; their frames
+are read by video_decode.py), and `builtin:moving-digits` (moving_digits.py). Every one yields clips
+uint8 [T, H, W, C] (docs/formats.md, "Video").
 
 A video (a file, a folder of frames, or one row of a [N, T, H, W, C] array) gives `clips_per_video`
 clips of `frames` frames taken every `frame_stride` frames, their starts evenly spaced over the
@@ -124,12 +125,14 @@ class ClipCodec:
         return "fewer --frames or " + (f"a --size smaller than {size[0]}x{size[1]}" if size else "a smaller --size")
 
 
-def _attributes(options: ClipOptions, frames: int, fps: float | None) -> dict[str, Any]:
+def clip_attributes(options: ClipOptions, frames: int, fps: float | None) -> dict[str, Any]:
     return {"frames": int(frames), "frame_stride": int(options.frame_stride), "fps": fps,
             "clips_per_video": int(options.clips_per_video), "padded": []}
 
 
-def _source(description, count, read, item_name, labels=None, class_names=(), paths=(), attributes=None, peek=None):
+def video_source(description, count, read, item_name, labels=None, class_names=(), paths=(), attributes=None,
+                 peek=None) -> Any:
+    """A sources.Source of clips (ClipCodec)."""
     from jepa_cli.data.sources import Source
 
     return Source(description, count, read, item_name, labels, list(class_names), list(paths),
@@ -160,7 +163,7 @@ def array_source(path: Path, array: np.ndarray, description: str, options: ClipO
         raise InputError(f"{path}: pixels must be numbers (bool, integer or float), got dtype {array.dtype}")
     options = (options or ClipOptions()).resolved(decoded=False)
     length, k = int(array.shape[1]), options.clips_per_video
-    attributes = _attributes(options, options.frames or length, None)
+    attributes = clip_attributes(options, options.frames or length, None)
 
     def read(i: int) -> np.ndarray:
         row, clip = divmod(i, k)
@@ -171,7 +174,7 @@ def array_source(path: Path, array: np.ndarray, description: str, options: ClipO
     def peek() -> tuple[int, ...]:
         return (options.frames or length, *array.shape[2:4], 1 if array.shape[-1] == 1 else 3)
 
-    return _source(description, int(array.shape[0]) * k, read,
+    return video_source(description, int(array.shape[0]) * k, read,
                    lambda i: _clip_name(f"{path}[{i // k}]", i % k, k), attributes=attributes, peek=peek)
 
 
@@ -207,7 +210,7 @@ def _natural(path: Path):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
 
 
-def _images_in(folder: Path) -> list[Path]:
+def images_in(folder: Path) -> list[Path]:
     return sorted(folders.files_in(folder, IMAGE_EXTENSIONS), key=_natural)
 
 
@@ -229,13 +232,14 @@ def is_video_folder(root: Path, explicit: bool) -> bool:
     if explicit or _videos_in(root):
         return True
     for sub in _subdirs(root):
-        if _videos_in(sub) or any(_images_in(clip) for clip in _subdirs(sub)):
+        if _videos_in(sub) or any(images_in(clip) for clip in _subdirs(sub)):
             return True
     return False
 
 
-def folder_source(root: Path, options: ClipOptions | None) -> Any:
-    """ROOT/<class>/<video file or frame folder> (labelled) or ROOT/<video file or frame folder>."""
+def folder_source(root: Path, options: ClipOptions | None, naming: Any = None) -> Any:
+    """ROOT/<class>/<video file or frame folder> (labelled) or ROOT/<video file or frame folder>,
+    relabelled or grouped per video as `naming` (data/labels.py Naming) says."""
     options = (options or ClipOptions()).resolved(decoded=True)
     subdirs = _subdirs(root)
     own = _videos_in(root)
@@ -260,13 +264,27 @@ def folder_source(root: Path, options: ClipOptions | None) -> Any:
     if any(v.is_file() for v in videos):
         require_pyav()
     label_array = np.asarray(labels, np.int32) if labelled else None
-    return _videos_source(utf8_text(str(root)), videos, options, label_array, utf8_text(class_names), [root])
+    class_names = utf8_text(class_names)
+    groups, group_names = None, []
+    if naming is not None and (naming.relabels or naming.grouped):
+        from jepa_cli.data.labels import class_ids, name_items
+
+        named = name_items(root, videos, naming, "videos", None)
+        if naming.relabels:
+            label_array, class_names = class_ids(named.labels)
+        groups, group_names = class_ids(named.groups)
+    paths = [root] + ([Path(naming.labels_csv)] if naming is not None and naming.labels_csv else [])
+    source = _videos_source(utf8_text(str(root)), videos, options, label_array, class_names, paths)
+    if groups is not None:
+        source.groups = np.repeat(groups, options.clips_per_video)  # one per clip, as the labels
+        source.group_names, source.grouping = group_names, naming.provenance()
+    return source
 
 
 def _refuse_loose_images(folder: Path) -> None:
     """InputError when `folder`, whose entries are read as videos (files or folders of frames), holds
     image files itself: they are no video, and would be left out without a word."""
-    images = _images_in(folder)
+    images = images_in(folder)
     if images:
         raise InputError(utf8_text(f"{images[0]}: an image file where a video source has video files or folders of "
                                    "frames; move the images of that folder into a folder of their own (a clip) or "
@@ -289,13 +307,17 @@ def require_pyav():
 def _videos_source(description: str, videos: list[Path], options: ClipOptions, labels, class_names, paths) -> Any:
     k = options.clips_per_video
     rates: list[float] = []
-    attributes = _attributes(options, options.frames, None)
+    attributes = clip_attributes(options, options.frames, None)
 
     @functools.lru_cache(maxsize=1)  # the K clips of one video are read one after another
     def frames_of(v: int) -> tuple[Callable, int, float | None]:
         video = videos[v]
         name = utf8_text(str(video))
-        return _frame_folder(video, name) if video.is_dir() else _decode(video, name, options)
+        from jepa_cli.data import video_decode
+
+        if video.is_dir():
+            return video_decode.frame_folder(video, name)
+        return video_decode.decode_file(video, name, options)
 
     checked: set[int] = set()
 
@@ -314,10 +336,10 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
         frame = _frame_shape(videos[0])
         return None if frame is None else (options.frames, *frame)
 
-    return _source(description, len(videos) * k, read,
-                   lambda i: _clip_name(utf8_text(str(videos[i // k])), i % k, k),
-                   None if labels is None else _per_clip_labels(labels, k, description), class_names, paths,
-                   attributes, peek)
+    return video_source(description, len(videos) * k, read,
+                        lambda i: _clip_name(utf8_text(str(videos[i // k])), i % k, k),
+                        None if labels is None else _per_clip_labels(labels, k, description), class_names, paths,
+                        attributes, peek)
 
 
 def _check_clip_memory(video: Path, options: ClipOptions) -> None:
@@ -344,7 +366,7 @@ def _frame_shape(video: Path) -> tuple[int, int, int] | None:
 
             from jepa_cli.data.ingest import GRAY_MODES
 
-            with Image.open(_images_in(video)[0]) as image:
+            with Image.open(images_in(video)[0]) as image:
                 return image.size[1], image.size[0], 1 if image.mode in GRAY_MODES else 3
         import av
 
@@ -353,199 +375,3 @@ def _frame_shape(video: Path) -> tuple[int, int, int] | None:
             return (int(context.height), int(context.width), 3) if context.height and context.width else None
     except Exception:  # noqa: BLE001 - any unreadable header: decoding the clip reports it
         return None
-
-
-def _frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
-    """A folder of frame images in natural name order (frame2 before frame10)."""
-    files = _images_in(folder)
-
-    def frames_of(idx: np.ndarray) -> list:
-        from PIL import Image
-
-        from jepa_cli.data.sources import BadSample
-
-        sizes = {}
-        for f in files:  # headers only: every frame of the folder, not just the clip's
-            try:
-                with Image.open(f) as image:
-                    sizes.setdefault(image.size, f.name)
-            except Exception:  # noqa: BLE001 - reported with its reason when the clip decodes it
-                continue
-            if len(sizes) > 1:
-                (a, fa), (b, fb) = sizes.items()
-                raise BadSample(utf8_text(f"{name}: frame {fb} is {b[1]}x{b[0]} but {fa} is {a[1]}x{a[0]} "
-                                          "(every frame of a clip folder must have one size)"))
-        out, first, decoded = [], None, {}
-        for j in idx:
-            if j in decoded:  # a short clip repeats its last frame: decoded once
-                out.append(decoded[j])
-                continue
-            try:
-                image = Image.open(files[j])
-                image.load()
-            except Exception as exc:  # noqa: BLE001 - Pillow raises many kinds for a corrupt file
-                raise BadSample(utf8_text(f"{files[j]}: cannot decode image ({type(exc).__name__}: {exc})")) from None
-            decoded[j] = image
-            if first is None:
-                first = (files[j].name, image.size)
-            elif image.size != first[1]:
-                raise BadSample(utf8_text(f"{name}: frame {files[j].name} is {image.size[1]}x{image.size[0]} but "
-                                          f"{first[0]} is {first[1][1]}x{first[1][0]} (every frame of a clip "
-                                          "folder must have one size)"))
-            out.append(image)
-        return out
-
-    return frames_of, len(files), None
-
-
-def _decode(path: Path, name: str, options: ClipOptions) -> tuple[Callable, int, float | None]:
-    """A video file's frame count and rate, and a reader of the frames its clips need: one decoding
-    pass keeps only those frames (RGB), so memory holds K x F frames, never the whole video. The count
-    is the container's, or one counting pass when it has none; frames the file turns out not to have
-    repeat the last one decoded. FFmpeg decodes with its own threads over the cores."""
-    import av
-
-    from jepa_cli.data.sources import BadSample
-
-    def fail(exc: Exception) -> BadSample:
-        reason = " ".join(str(exc).split())[:160]
-        return BadSample(utf8_text(f"{name}: cannot decode video ({type(exc).__name__}: {reason})"))
-
-    def open_stream(container):
-        if not container.streams.video:
-            raise BadSample(f"{name}: holds no video stream")
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        return stream
-
-    try:
-        with av.open(str(path)) as container:
-            stream = open_stream(container)
-            rate = float(stream.average_rate) if stream.average_rate else None
-            length = int(stream.frames or 0) or sum(1 for _ in container.decode(stream))
-    except BadSample:
-        raise
-    except Exception as exc:  # noqa: BLE001 - PyAV raises many kinds (InvalidDataError, EOFError, ...)
-        raise fail(exc) from None
-    kept: dict[int, np.ndarray] = {}
-
-    def frames_of(idx: np.ndarray) -> list:
-        if not kept:
-            wanted = {int(j) for clip in clip_indices(length, options) for j in clip}
-            last, size = None, None
-            try:
-                with av.open(str(path)) as container:
-                    for j, frame in enumerate(container.decode(open_stream(container))):
-                        if j in wanted:
-                            kept[j] = frame.to_ndarray(format="rgb24")
-                            size = size or kept[j].shape
-                            if kept[j].shape != size:
-                                raise BadSample(f"{name}: frame sizes change inside the video")
-                        last = j
-                        if j >= max(wanted):
-                            break
-            except BadSample:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise fail(exc) from None
-            if last is None:
-                raise BadSample(f"{name}: has no frames")
-            for j in sorted(wanted):  # past the decoded end: the last kept frame
-                if j not in kept:
-                    kept[j] = kept[max(k for k in kept if k < j)]
-        return [kept[int(j)] for j in idx]
-
-    return frames_of, length, rate
-
-
-# -- builtin:moving-digits ---------------------------------------------------------------------
-DIRECTIONS = ["up-left", "up-right", "down-left", "down-right"]
-MOVING_FRAMES = 16
-
-
-def moving_digits(query: str) -> Any:
-    """builtin:moving-digits[?label=digit|direction&digits=1|2&size=32|64]: one clip per built-in
-    digit, generated on the fly with fixed seeds (the same clips on every machine)."""
-    options = {"label": "digit", "digits": "1", "size": "32"}
-    for part in filter(None, query.split("&")):
-        key, _, value = part.partition("=")
-        if key not in options:
-            raise InputError(f"builtin:moving-digits: unknown option {key!r} (label, digits, size)")
-        options[key] = value
-    allowed = {"label": ("digit", "direction"), "digits": ("1", "2"), "size": ("32", "64")}
-    for key, value in options.items():
-        if value not in allowed[key]:
-            raise InputError(f"builtin:moving-digits: {key} must be {' or '.join(allowed[key])}, got {value!r}")
-    from jepa_cli.data.sources import load_digit_images
-
-    glyphs, digit_labels, digit_names = load_digit_images()
-    n, size, count = len(glyphs), int(options["size"]), int(options["digits"])
-    scale = size // 16  # 8x8 glyphs drawn at half the frame's size: 16x16 in 32x32
-    glyph, room = 8 * scale, size - 8 * scale
-    rng = np.random.default_rng(20240601)  # fixed: every machine makes the same clips
-    speed = rng.integers(1, 3, (n, count)) * (scale // 2)  # 1 or 2 pixels a frame at 32x32
-    fastest = 2 * (scale // 2)  # starts this far from the walls: the first step never bounces
-    start = rng.integers(fastest, room - fastest + 1, (n, count, 2))
-    direction = rng.integers(0, 4, (n, count))  # 2 * (moves down) + (moves right), until a bounce
-    partner = (np.arange(n) + rng.integers(1, n, n)) % n
-    sign = np.stack([np.where(direction >= 2, 1, -1), np.where(direction % 2 == 1, 1, -1)], -1)  # (dy, dx)
-    velocity = sign * speed[..., None]
-    big = np.kron(glyphs, np.ones((scale, scale), np.uint8))  # [n, glyph, glyph]
-
-    def read(i: int) -> np.ndarray:
-        clip = np.zeros((MOVING_FRAMES, size, size, 1), np.uint8)
-        for d in range(count):
-            g = big[i if d == 0 else partner[i]]
-            for t in range(MOVING_FRAMES):
-                y, x = (_bounce(start[i, d, a] + velocity[i, d, a] * t, room) for a in range(2))
-                view = clip[t, y:y + glyph, x:x + glyph, 0]
-                np.maximum(view, g, out=view)
-        return clip
-
-    spec = "builtin:moving-digits" + (f"?{query}" if query else "")
-    if options["label"] == "digit":
-        labels, names = digit_labels, digit_names
-    else:
-        labels, names = direction[:, 0].astype(np.int32), list(DIRECTIONS)
-    attributes = _attributes(ClipOptions(MOVING_FRAMES, 1, 1), MOVING_FRAMES, None)
-    return _source(spec, n, read, lambda i: f"{spec}[{i}]", labels, names, [], attributes,
-                   lambda: (MOVING_FRAMES, size, size, 1))
-
-
-def _bounce(p: int, room: int) -> int:
-    """Position p reflected into [0, room] (a bounce off each wall)."""
-    if room == 0:
-        return 0
-    m = int(p) % (2 * room)
-    return m if m <= room else 2 * room - m
-
-
-# -- pictures (`jepa info DATA --png`) ---------------------------------------------------------
-def write_strip_png(data: str | Path, png: str | Path, samples: int, force: bool = False) -> str:
-    """A PNG of the first `samples` samples of a dataset: one row of frames per clip (an image is a
-    one-frame clip), frames scaled up to at least 64 pixels high; written atomically (atomic.write_file)."""
-    import io
-
-    from PIL import Image
-
-    from jepa_cli.data import atomic
-    from jepa_cli.masks.render import preview_images
-
-    atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture")
-    atomic.check_disjoint(png, [data])
-    x = preview_images(str(data), samples)  # uint8 [n, (T,) H, W, 3]
-    if x.ndim == 4:
-        x = x[:, None]
-    n, t, h, w, _ = x.shape
-    scale = max(1, -(-64 // h))
-    gap = 2 * scale
-    picture = np.full((n * (h * scale + gap) - gap, t * (w * scale + gap) - gap, 3), 255, np.uint8)
-    for i in range(n):
-        for f in range(t):
-            tile = np.kron(x[i, f], np.ones((scale, scale, 1), np.uint8))
-            top, left = i * (h * scale + gap), f * (w * scale + gap)
-            picture[top:top + h * scale, left:left + w * scale] = tile
-    buffer = io.BytesIO()
-    Image.fromarray(picture).save(buffer, format="PNG")
-    atomic.write_file(png, buffer.getvalue(), force, atomic.PNG_MAGIC, "PNG picture")
-    return str(png)

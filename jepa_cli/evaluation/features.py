@@ -3,7 +3,7 @@
 A latent dataset (modality "latent", e.g. from encode-latents) is used as is: `[N, D]` vectors or
 `[N, T, D]` tokens. Any other dataset needs `raw=True`: samples are flattened and pixels (integer
 dtypes) are scaled to [0, 1] by the dtype's maximum, the baseline every table needs; audio clips
-become their log-mel spectrogram averaged over time (128 values, `data.audio.pooled_log_mel`).
+become their log-mel spectrogram averaged over time (128 values, `data.log_mel.pooled_log_mel`).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
         raise InputError(f"{path}: the dataset is empty")
     if labels.min() < 0:
         raise InputError(f"{path}: labels must be non-negative class indices")
-    if modality == "audio":  # raw audio: time-pooled log-mel features (data/audio.py, pooled_log_mel)
-        from jepa_cli.data.audio import pooled_log_mel
+    if modality == "audio":  # raw audio: time-pooled log-mel features (data/log_mel.py, pooled_log_mel)
+        from jepa_cli.data.log_mel import pooled_log_mel
 
         x = pooled_log_mel(x, int(attrs.get("sample_rate") or 0) or 16000)
         x = x[:, None, :] if tokens else x
