@@ -89,7 +89,8 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
         raise InputError(f"{data}: no such file or directory")
 
     from jepa_cli import masks
-    from jepa_cli.masks.render import preview_images, write_png
+    from jepa_cli.data.preview import preview_images
+    from jepa_cli.masks.render import write_png
 
     config = masks.config_from_options(strategy, **mask_options)
     masks.check_batch(config, batch)

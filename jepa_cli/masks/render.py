@@ -6,12 +6,9 @@ Labels per patch: -2 context, -3 context overlapping a target, -1 unused, m >= 0
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from jepa_cli.data import atomic, store
-from jepa_cli.errors import InputError
+from jepa_cli.data import atomic
 
 TARGET_RGB = [(230, 57, 70), (69, 123, 233), (200, 80, 200), (240, 200, 40), (40, 200, 220), (255, 120, 120),
               (120, 160, 255), (255, 130, 255), (255, 135, 0), (135, 0, 175), (215, 0, 135), (255, 215, 0)]
@@ -46,30 +43,6 @@ def _rgb(label: int) -> tuple[int, int, int]:
     if label == -1:
         return UNUSED_RGB
     return TARGET_RGB[label % len(TARGET_RGB)]
-
-
-def preview_images(data: str, samples: int):
-    """The first `samples` inputs of a dataset as uint8 [n, (T,) H, W, 3]."""
-    path = Path(data)
-    attrs = store.read_attributes(path)
-    if attrs.get("jepa_kind", "dataset") != "dataset" or not (path / "inputs").exists():
-        raise InputError(f"{path}: not a dataset (no 'inputs' array)")
-    arr = store.open_array(path / "inputs")
-    n = min(samples, arr.shape[0])
-    x = np.asarray(store.read(arr, slice(0, n)))  # a damaged chunk is one clear error
-    layout = str(attrs.get("layout") or "").upper()
-    if x.ndim == 3:  # N H W
-        x = x[..., None]
-    if x.ndim == 4 and layout.startswith("NC") or (x.ndim == 4 and x.shape[1] in (1, 3) and x.shape[-1] not in (1, 3)):
-        x = np.moveaxis(x, 1, -1)
-    if x.ndim not in (4, 5) or x.shape[-1] not in (1, 3):
-        raise InputError(f"{path}: cannot draw inputs of shape {list(x.shape)} (expected images N,H,W,C)")
-    if x.dtype != np.uint8:
-        lo, hi = float(x.min()), float(x.max())
-        x = ((x - lo) / (hi - lo + 1e-12) * 255).astype(np.uint8)
-    if x.shape[-1] == 1:
-        x = np.repeat(x, 3, axis=-1)
-    return x
 
 
 def write_png(path, config, context, targets, samples: int, images=None, cell: int = 16, force: bool = False) -> None:
