@@ -60,34 +60,54 @@ def test_of_two_concurrent_plots_to_one_new_png_exactly_one_writes_it(run, tmp_p
     procs = [subprocess.Popen([sys.executable, "-m", "jepa_cli", "plot", str(run), "-o", str(png)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     results = [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
-    codes = sorted(r.returncode for r in results)
-    assert codes in ([0, 0], [0, 2])  # the second may start after the first finished; never a torn file
-    for r in results:
-        if r.returncode == 2:
-            assert_one_error_line(r, 2, ["already exists"])
+    # the second finds the picture there when it starts or when it commits: never a second write, never a torn file
+    assert sorted(r.returncode for r in results) == [0, 2], [r.stderr for r in results]
+    assert_one_error_line(next(r for r in results if r.returncode == 2), 2, ["already exists"])
     assert png.read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png", "run"]  # no partial left behind
 
 
-def test_plot_interrupted_by_sigterm_leaves_no_png(run, tmp_path):
-    png = tmp_path / "c.png"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "jepa_cli", "plot", str(run), "-o", str(png)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(1.5)  # inside the import of matplotlib or the drawing
+# `jepa plot` held at one point (a marker file says it is there) until the test sends SIGTERM
+HELD = """
+import pathlib, sys, time
+import matplotlib.figure
+from jepa_cli.data import atomic
+marker, where = pathlib.Path(sys.argv[1]), sys.argv[2]
+def hold():
+    marker.touch()
+    time.sleep(120)
+savefig, write_file = matplotlib.figure.Figure.savefig, atomic.write_file
+if where == "drawing":
+    matplotlib.figure.Figure.savefig = lambda *a, **k: (hold(), savefig(*a, **k))[1]
+else:
+    atomic.write_file = lambda *a, **k: (write_file(*a, **k), hold())[0]
+from jepa_cli.cli.main import main
+sys.argv[1:] = sys.argv[3:]  # what `jepa` reads
+main()
+"""
+
+
+@pytest.mark.parametrize("where, error", [
+    ("drawing", "terminated (SIGTERM)"),
+    ("after the commit", "terminated (SIGTERM) after {png} was written in full"),
+])
+def test_plot_interrupted_by_sigterm_leaves_a_whole_png_or_none_and_says_which(run, tmp_path, where, error):
+    png, marker = tmp_path / "c.png", tmp_path / "held"
+    proc = subprocess.Popen([sys.executable, "-c", HELD, str(marker), where, "plot", str(run), "-o", str(png)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    if b"wrote" in stdout:  # finished before the signal (exit 0), or the signal hit the interpreter's
-        # shutdown after the picture was committed (killed by SIGTERM, -15): either way a whole picture
-        assert result.returncode in (0, -signal.SIGTERM), (result.returncode, stderr)
-        assert png.read_bytes().startswith(b"\x89PNG") and png.read_bytes().endswith(b"IEND\xaeB`\x82")
-    elif png.exists():  # the signal came between the picture's commit and the line saying so
-        assert_one_error_line(result, 143, [f"terminated (SIGTERM) after {png} was written in full"])
-        assert png.read_bytes().endswith(b"IEND\xaeB`\x82")
+    line = assert_one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 143)
+    assert line == "jepa: error: " + error.format(png=png)
+    if where == "drawing":
+        assert not png.exists()
     else:
-        assert_one_error_line(result, 143, ["terminated (SIGTERM)"])
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+        assert png.read_bytes().startswith(b"\x89PNG") and png.read_bytes().endswith(b"IEND\xaeB`\x82")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", "held", *(["c.png"] if png.exists() else [])])
 
 
 def test_env_with_a_backend_this_machine_cannot_start_is_one_line():
