@@ -1,4 +1,5 @@
-"""`jepa runs DIR...`: one table of runs from their run.json and metrics.jsonl (docs/formats.md, "Runs")."""
+"""`jepa runs DIR...`: one table of runs from their run.json and metrics.jsonl (docs/formats.md, "Runs and
+checkpoints")."""
 
 import json
 from pathlib import Path
@@ -33,7 +34,7 @@ def test_runs_lists_every_run_below_a_folder_with_the_keys_that_differ(run_cli, 
     result = run_cli("runs", tmp_path / "runs", "--json")
     assert result.exit_code == 0, result.stderr
     table = json.loads(result.stdout)
-    assert table["differing_keys"] == ["ijepa.model.depth"]  # lr, seed, betas and the width are the same; out is left out
+    assert table["differing_keys"] == ["ijepa.model.depth"]  # lr, seed, betas, width: the same; out: left out
     a, b = table["runs"]
     assert a["run"].endswith("a/run") and a["config"] == {"ijepa.model.depth": 2}
     assert (a["step"], a["total_steps"], a["status"]) == (3, 4, "finished")

@@ -1,5 +1,6 @@
 """One row per training run for `jepa runs`: its objective, the configuration keys that differ between
-the runs, how far it got, its final loss and its last training-time probe (docs/formats.md, "Runs").
+the runs, how far it got, its final loss and its last training-time probe (docs/formats.md, "Runs and
+checkpoints").
 
 Everything comes from each run's run.json and metrics.jsonl; no checkpoint is opened.
 """
