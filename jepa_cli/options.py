@@ -17,6 +17,7 @@ import typing
 from typing import Any
 
 from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import BOOL_WORDS
 
 
 def option(default: Any, help: str, *, flag: bool = False, applies: tuple[str, ...] | None = None,
@@ -111,7 +112,7 @@ def parse(flag: Flag, text: str, source: str) -> Any:
         return words
     try:
         if flag.kind == "bool":
-            return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[words.lower()]
+            return BOOL_WORDS[words.lower()]
         if flag.kind == "int":
             return int(words)
         if flag.kind == "float":

@@ -317,8 +317,13 @@ class StoppedBySignal(JepaError):
 
 def _read_env_one_layer_down(cmd: click.Command) -> None:
     """The trainer keys and the objective's options are read from JEPA_TRAIN_* by _env_values, below the
-    command line; click's own JEPA_<COMMAND>_<OPTION> reading (cli/main.py) would put them above the
-    recipe's, so it is off for them. Every other option of train keeps it."""
+    command line; click's own JEPA_<COMMAND>_<OPTION> reading (cli/main.py) is off for them. Every other
+    option of train keeps it.
+
+    Click's reading would keep the order (it hands a variable's value over as if typed, and a typed
+    option still wins) but not the rest: its error for a bad value names the option instead of the
+    variable, and a misspelt JEPA_TRAIN_ variable passes unnoticed (click looks up only the names it
+    knows), where env_layer refuses it in one line naming it."""
     from jepa_cli.training.config import TRAINER_KEYS
 
     for param in cmd.params:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jepa_cli.errors import InputError
+from jepa_cli.fieldtypes import BOOL_WORDS
 from jepa_cli.names import OBJECTIVE_NAMES
 
 
@@ -26,7 +27,14 @@ MAX_UPDATES = 2**31 - 1
 @dataclasses.dataclass(frozen=True)
 class _Rule:
     """What a trainer key accepts: kind 'int' | 'float' | 'str' | 'bool' | 'betas', a range or a set of
-    choices, None or not."""
+    choices, None or not.
+
+    The objective options are checked another way (fieldtypes.check_field_types against the field's
+    annotation, ranges in each config class's __post_init__), and the two stay apart: a trainer key's
+    rule holds what an annotation cannot (a range such as lr > 0, 'module:factory' beside the
+    choices, the betas pair) and its message names the key as the user wrote it (`--batch-size`,
+    `recipe.toml: batch_size`, `JEPA_TRAIN_BATCH_SIZE`), where an objective option's names its owner
+    (`ijepa option depth`). Text is read with the same words in both (fieldtypes.BOOL_WORDS)."""
 
     kind: str
     low: float | None = None
@@ -323,7 +331,7 @@ def parse_text(key: str, text: str, name: str) -> Any:
         elif rule.kind == "float":
             value = float(text)
         elif rule.kind == "bool":
-            value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[text.lower()]
+            value = BOOL_WORDS[text.lower()]
         elif rule.kind == "betas":
             value = [float(b) for b in text.replace(" ", "").split(",")]
     except (ValueError, KeyError):
