@@ -21,12 +21,13 @@ from jepa_cli.fieldtypes import BOOL_WORDS
 
 
 def option(default: Any, help: str, *, flag: bool = False, applies: tuple[str, ...] | None = None,
-           choices: tuple[str, ...] | None = None) -> Any:
+           choices: tuple[str, ...] | None = None, metavar: str | None = None) -> Any:
     """A dataclass field that is an objective option: `help` (one sentence, no default: --help adds
     it), `flag` (a `jepa train` option), `applies` (the objectives that read it, when a config class
-    serves several) and `choices` (the values a str option accepts, checked before JAX loads)."""
+    serves several), `choices` (the values a str option accepts, checked before JAX loads) and
+    `metavar` (what --help calls a text value, such as PATTERN; None: the kind's name)."""
     return dataclasses.field(default=default, metadata={"help": help, "flag": flag, "applies": applies,
-                                                        "choices": choices})
+                                                        "choices": choices, "metavar": metavar})
 
 
 def option_of(cls: type, name: str, default: Any) -> Any:
@@ -48,6 +49,7 @@ class Flag:
     default: Any
     choices: tuple[str, ...] | None = None
     applies: tuple[str, ...] | None = None
+    metavar: str | None = None
 
     @property
     def flag(self) -> str:
@@ -92,7 +94,7 @@ def flags(*classes: type, flagged_only: bool = True) -> list[Flag]:
             if field.name in out or "help" not in meta or (flagged_only and not meta["flag"]):
                 continue
             out[field.name] = Flag(field.name, _kind(hints[field.name]), meta["help"], field.default,
-                                   meta["choices"], meta["applies"])
+                                   meta["choices"], meta["applies"], meta.get("metavar"))
     return list(out.values())
 
 

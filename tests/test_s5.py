@@ -212,3 +212,75 @@ def test_the_s5_state_runs_in_float32_under_bfloat16_compute():
     assert _apply(layer, u).dtype == jnp.float32
     lambda_bar, b_bar = layer.discretize()
     assert lambda_bar.dtype == b_bar.dtype == jnp.complex64
+
+
+def _randomise_zero_layers(dit, key):
+    """Random values in a DiT's zero-initialised layers (adaLN-Zero, final projection): an untrained DiT
+    outputs 0, which no mixer or order would change."""
+    layers = [dit.final_proj, dit.final_modulation, *(blk.modulation for blk in dit.blocks)]
+    for i, layer in enumerate(layers):
+        shape = layer.zero_kernel[...].shape
+        layer.zero_kernel.value = 0.1 * jax.random.normal(jax.random.fold_in(key, i), shape)
+
+
+def test_the_dit_scans_a_2d_grid_in_its_scan_order():
+    from jepa_cli.models.dit import DiT
+
+    tokens = jax.random.normal(jax.random.key(1), (1, 16, 4))
+    outs = {}
+    for order in ("raster", "hilbert"):
+        dit = DiT(in_dim=4, out_dim=4, grid=(4, 4), width=16, depth=1, heads=2, num_classes=0, rngs=nnx.Rngs(0),
+                  mixers=("s5",), ssm_state=4, scan_order=order)
+        _randomise_zero_layers(dit, jax.random.key(3))
+        dit.blocks[0].ssm.ssm.log_step.value = jnp.zeros((2,))  # step 1: each token's state carries far
+        outs[order] = np.asarray(_apply(dit, tokens, jnp.array([0.5]), jnp.array([0])))
+    assert np.abs(outs["raster"] - outs["hilbert"]).max() > 1e-4  # same parameters, another order (float noise: 1e-7)
+
+
+def test_the_generative_objectives_take_the_mixer_options_for_their_dit():
+    from jepa_cli.objectives.flow import FlowObjective
+
+    obj = FlowObjective.from_config({"width": 16, "depth": 2, "heads": 2, "patch_size": 4, "image_size": 8,
+                                     "mixer": "s5,attn", "ssm_state": 4, "scan_order": "serpentine"})
+    params = obj.init(jax.random.key(0))
+    assert [sorted(params["dit"]["blocks"][i]) for i in ("0", "1")] == [["mlp", "modulation", "ssm"],
+                                                                       ["attn", "mlp", "modulation"]]
+    assert params["dit"]["blocks"]["0"]["ssm"]["ssm"]["lambda_re"].shape == (2,)  # P/2 of ssm_state 4
+    assert obj.to_config()["mixer"] == "s5,attn" and obj.to_config()["scan_order"] == "serpentine"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mixer": "s5,mamba"}, "unknown mixer 'mamba'"),
+    ({"mixer": "s5,s5,attn", "depth": 2}, "names 3 blocks but the DiT has 2"),
+    ({"ssm_state": 3}, "ssm_state must be an even number"),
+    ({"modality": "latent", "latent_shape": [8], "scan_order": "hilbert"}, "applies to image grids"),
+])
+def test_bad_dit_mixer_options_are_one_line_input_errors(options, message):
+    from jepa_cli.objectives.genconfig import FlowConfig
+
+    with pytest.raises(InputError, match=message):
+        FlowConfig.from_dict({"depth": 2, **options})
+
+
+@pytest.mark.slow
+def test_a_flow_run_trains_an_s5_dit_from_the_command_line_and_refuses_to_resume_with_another_pattern(tmp_path):
+    from click.testing import CliRunner
+
+    from jepa_cli.cli.main import cli
+    from jepa_cli.data import store
+
+    store.write_group(tmp_path / "d.zarr", store.base_attributes("dataset", modality="image", layout="NHWC"))
+    store.write_array(tmp_path / "d.zarr" / "inputs", np.zeros((8, 8, 8, 1), np.uint8))
+    (tmp_path / "flow.toml").write_text('objective = "flow"\n[flow]\nwidth = 16\ndepth = 1\nheads = 2\n'
+                                        'patch_size = 4\n')
+    run = tmp_path / "run"
+    common = ["train", "--config", str(tmp_path / "flow.toml"), "--data", str(tmp_path / "d.zarr"), "--out", str(run),
+              "--batch-size", "8", "-q"]
+    started = CliRunner().invoke(cli, [*common, "--steps", "1", "--mixer", "s5", "--ssm-state", "4"])
+    assert started.exit_code == 0, started.output
+    record = (run / "run.json").read_text()
+    assert '"mixer": "s5"' in record
+    resumed = CliRunner().invoke(cli, [*common, "--steps", "2", "--resume", "--mixer", "attn"])
+    assert resumed.exit_code == 2
+    assert "holds another model" in resumed.output and len(resumed.output.strip().splitlines()) == 1
+    assert (run / "run.json").read_text() == record and sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1"]

@@ -42,7 +42,7 @@ class OptionText(click.ParamType):
 
     def __init__(self, flag: options.Flag) -> None:
         self.flag = flag
-        self.name = {"range": "LO,HI", "size": "HxW"}.get(flag.kind, "TEXT")
+        self.name = flag.metavar or {"range": "LO,HI", "size": "HxW"}.get(flag.kind, "TEXT")
 
     def convert(self, value, param, ctx):
         if not isinstance(value, str):

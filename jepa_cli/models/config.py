@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models.mixer_pattern import SCAN_ORDERS, parse_mixer
+from jepa_cli.models.mixer_pattern import MIXER_APPLIES, SCAN_ORDERS, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -77,11 +77,14 @@ class ModelConfig:
     remat: str = option("none", "Activation checkpointing per block: keep matmul outputs (dots) or only block "
                         "inputs (block).", flag=True, choices=REMAT_POLICIES)
     # token mixers (models/mixer_pattern.py, models/s5.py); 'attn' is the ViT, unchanged
+    # (one declaration for every objective: GenerativeConfig takes these three for the DiT, under the same flags)
     mixer: str = option("attn", "Token mixer per block: attn, s5 or a comma-separated PATTERN repeated over the "
-                        "depth of the encoder and of the predictor (s5,s5,s5,attn: a 3:1 hybrid).", flag=True)
-    ssm_state: int = option(64, "S5 state size P (even; P/2 conjugate-pair states are stored).", flag=True)
+                        "depth of each stack, encoder, predictor or DiT (s5,s5,s5,attn: a 3:1 hybrid).", flag=True,
+                        applies=MIXER_APPLIES, metavar="PATTERN")
+    ssm_state: int = option(64, "S5 state size P (even; P/2 conjugate-pair states are stored).", flag=True,
+                            applies=MIXER_APPLIES)
     scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",
-                             flag=True, choices=SCAN_ORDERS)
+                             flag=True, choices=SCAN_ORDERS, applies=MIXER_APPLIES)
 
     def __post_init__(self):
         check_field_types(self, "model")

@@ -6,7 +6,8 @@ embedding of the noise level through a 2-layer SiLU MLP, plus a label embedding 
 null class (index num_classes) for classifier-free guidance; blocks are adaLN-Zero modulated
 (vit.Block with cond_dim) and the final layer is modulated (shift, scale) with a zero-initialised
 projection, so the untrained model outputs 0. `mixers` (one per block, 'attn' or 's5') puts S5
-mixers (models/s5.py) in some blocks, modulated the same way; tokens are scanned in their given order.
+mixers (models/s5.py) in some blocks, modulated the same way; the blocks see a 2D grid's tokens in
+`scan_order` (models/scan_order.py) and a 1D sequence's in its own order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.models.pos_embed import sincos_1d_from_grid, sincos_2d
-from jepa_cli.models.vit import Block, Linear, ZeroLinear, _plain_layer_norm, modulate, trunc_normal
+from jepa_cli.models.vit import Block, Linear, ZeroLinear, _plain_layer_norm, modulate, to_scan_order, trunc_normal
 
 _zeros = nnx.initializers.zeros_init()
 FREQ_DIM = 256  # DiT's TimestepEmbedder frequency_embedding_size
@@ -48,8 +49,10 @@ def positions(width: int, grid: tuple[int, ...]) -> np.ndarray:
 class DiT(nnx.Module):
     def __init__(self, *, in_dim: int, out_dim: int, grid: tuple[int, ...], width: int, depth: int,
                  heads: int, num_classes: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
-                 mixers: tuple[str, ...] | None = None, ssm_state: int = 64):
+                 mixers: tuple[str, ...] | None = None, ssm_state: int = 64, scan_order: str = "raster"):
         self.grid = tuple(grid)
+        # a recurrent stack on a 2D grid runs in scan order (None: attention only, or a 1D sequence)
+        self.scan_order = scan_order if mixers is not None and "s5" in mixers and len(self.grid) == 2 else None
         self.width = width
         self.dtype = dtype
         self.num_classes = num_classes
@@ -76,8 +79,13 @@ class DiT(nnx.Module):
         x = x + jnp.asarray(positions(self.width, self.grid), self.dtype)[None]
         t = self.t_fc2(jax.nn.silu(self.t_fc1(timestep_embedding(noise_level).astype(self.dtype))))
         c = t + self.label_embed(labels).astype(self.dtype)
+        back = None
+        if self.scan_order is not None:
+            x, _, back = to_scan_order(x, None, None, self.grid, self.scan_order)
         for blk in self.blocks:
             x = blk(x, None, c)
+        if back is not None:
+            x = back(x)
         shift, scale = jnp.split(self.final_modulation(jax.nn.silu(c)), 2, axis=-1)
         x = modulate(self.final_norm(x), shift, scale)
         return self.final_proj(x).astype(jnp.float32)

@@ -13,8 +13,10 @@ from typing import Any
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
+from jepa_cli.models.config import ModelConfig
+from jepa_cli.models.mixer_pattern import SCAN_ORDERS, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES as DTYPES
-from jepa_cli.options import option
+from jepa_cli.options import option, option_of
 
 MODALITIES = ("image", "latent")
 SCHEDULES = ("cosine", "edm")
@@ -59,6 +61,10 @@ class GenerativeConfig:
     dtype: str = _opt("float32", "Compute dtype: float32 | bfloat16.", flag=False)
     latent_tokens: int | None = _opt(None, "Tokens a [D] latent is cut into (default: the largest of 8, 4, 2, 1 "
                                            "dividing D).")
+    # the DiT's token mixers: the encoders' options (models/config.py), the same flags
+    mixer: str = option_of(ModelConfig, "mixer", "attn")
+    ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
+    scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     # the data (filled from the dataset by dataset_options)
     modality: str = _opt("image", "image | latent (default: the dataset's).", flag=False)
     latent_shape: tuple[int, ...] | None = _opt(None, "[D] or [T, D] (from the dataset).", flag=False)
@@ -110,6 +116,15 @@ class GenerativeConfig:
             raise InputError(f"{self.owner}: width, depth, heads, patch_size, channels must be positive")
         if self.width % self.heads or self.width % 4:
             raise InputError(f"width {self.width} must be divisible by 4 and by {self.heads} heads")
+        _ = self.mixers  # parses the pattern: a bad one is an InputError
+        if self.ssm_state < 2 or self.ssm_state % 2:
+            raise InputError(f"ssm_state must be an even number >= 2 (P/2 conjugate pairs are stored), "
+                             f"got {self.ssm_state}")
+        if self.scan_order not in SCAN_ORDERS:
+            raise InputError(f"unknown scan_order {self.scan_order!r} (choose from {', '.join(SCAN_ORDERS)})")
+        if self.scan_order != "raster" and self.modality != "image":
+            raise InputError(f"scan_order {self.scan_order} applies to image grids; latent tokens are scanned "
+                             "in their order (raster)")
         if not 0.0 <= self.cond_drop <= 1.0:
             raise InputError(f"cond_drop must be in [0, 1], got {self.cond_drop}")
         if not 0.0 <= self.ema_decay <= 1.0:
@@ -163,6 +178,11 @@ class GenerativeConfig:
                 object.__setattr__(self, name, value)
 
     owner = "generative"
+
+    @property
+    def mixers(self) -> tuple[str, ...]:
+        """The mixer of each DiT block ('attn' or 's5'): the pattern repeated to the depth."""
+        return parse_mixer(self.mixer, self.depth, "DiT")
 
     @classmethod
     def from_dict(cls, config: dict) -> "GenerativeConfig":

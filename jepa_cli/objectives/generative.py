@@ -71,10 +71,14 @@ class GenerativeObjective:
                 token_dim = shape[0] // k
         from jepa_cli.models.dit import DiT
 
+        # mixer arguments only for a stack with an S5 block: an attention-only DiT is built as it always was
+        mixing = {} if set(c.mixers) == {"attn"} else dict(mixers=c.mixers, ssm_state=c.ssm_state,
+                                                             scan_order=c.scan_order)
         self._dit = ModuleTemplate(lambda rngs: DiT(
             in_dim=token_dim, out_dim=token_dim, grid=self.grid, width=c.width, depth=c.depth, heads=c.heads,
-            num_classes=c.num_classes, mlp_ratio=c.mlp_ratio, dtype=DTYPES[c.dtype], rngs=rngs),
-            key=("dit", token_dim, self.grid, c.width, c.depth, c.heads, c.num_classes, c.mlp_ratio, c.dtype))
+            num_classes=c.num_classes, mlp_ratio=c.mlp_ratio, dtype=DTYPES[c.dtype], rngs=rngs, **mixing),
+            key=("dit", token_dim, self.grid, c.width, c.depth, c.heads, c.num_classes, c.mlp_ratio, c.dtype,
+                 tuple(sorted(mixing.items()))))
 
     # -- configuration ---------------------------------------------------------------------------
     @property
