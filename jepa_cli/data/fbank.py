@@ -169,27 +169,3 @@ def fbank(waves, config: FbankConfig):
     energies = jnp.einsum("...f,bf->...b", spectrum, jnp.asarray(banks),
                           precision="highest")
     return jnp.log(jnp.maximum(energies, EPSILON))
-
-
-def fbank_numpy(waves: np.ndarray, config: FbankConfig) -> np.ndarray:
-    """The same features computed with NumPy in float64 (for tests and host-side baselines)."""
-    window_fn, banks = _constants(config)
-    window, shift, padded = config.geometry
-    x = np.asarray(waves, np.float64)
-    n = x.shape[-1]
-    m = config.frames(n)
-    if not config.snip_edges:
-        pad = window // 2 - shift // 2
-        rev = x[..., ::-1]
-        x = np.concatenate([rev[..., n - pad:], x, rev], axis=-1) if pad > 0 else \
-            np.concatenate([x[..., -pad:], rev], axis=-1)
-    frames = x[..., np.arange(m)[:, None] * shift + np.arange(window)[None, :]]
-    if config.remove_dc_offset:
-        frames = frames - frames.mean(axis=-1, keepdims=True)
-    if config.preemphasis != 0.0:
-        previous = np.concatenate([frames[..., :1], frames[..., :-1]], axis=-1)
-        frames = frames - config.preemphasis * previous
-    spectrum = np.abs(np.fft.rfft(frames * window_fn, n=padded, axis=-1))
-    if config.use_power:
-        spectrum = spectrum**2
-    return np.log(np.maximum(spectrum @ banks.astype(np.float64).T, EPSILON)).astype(np.float32)

@@ -49,11 +49,3 @@ def mask_stats(context: np.ndarray, targets: np.ndarray, grid, frames: int | Non
     if context.shape[1] > 1:
         out["context_tokens_per_pair"] = [_summary(ctx_counts[:, c]) for c in range(ctx_counts.shape[1])]
     return out
-
-
-def coverage_bias(coverage: np.ndarray) -> float:
-    """Correlation between a coverage map and raster position: ~0 without raster-order bias."""
-    flat = np.asarray(coverage, float).ravel()
-    if flat.std() == 0:
-        return 0.0
-    return float(np.corrcoef(flat, np.arange(flat.size))[0, 1])
