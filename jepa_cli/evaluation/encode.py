@@ -22,10 +22,11 @@ attributes), labels are copied, the group metadata is written and the directory 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -98,6 +99,48 @@ def shift_scale(stats) -> tuple[list[float], list[float]]:
     return [float(v) for v in mean.astype(np.float32)], [float(v) for v in scale.astype(np.float32)]
 
 
+def feature_shape(step: Callable, placed: Any, first: np.ndarray, transform: Callable | None, batch_size: int,
+                  modality: str, where: str) -> tuple[int, ...]:
+    """The shape of one sample's features, from `first` (raw samples [1, ...]) traced through `step`
+    at `batch_size`; InputError naming `where` for samples the encoder cannot take."""
+    import jax
+
+    shape = first.shape[1:]
+    try:
+        probe_x = _prepare(first, transform, batch_size, modality)
+        shape = probe_x.shape[1:]
+        out_shape = jax.eval_shape(step, placed, jax.ShapeDtypeStruct(probe_x.shape, probe_x.dtype)).shape
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a shape the transform or encoder cannot take is a user error
+        raise InputError(f"{where}: the encoder cannot take samples of shape {list(shape)} "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    return tuple(int(s) for s in out_shape[1:])
+
+
+def encoded_batches(step: Callable, placed: Any, raw: np.ndarray, transform: Callable | None, batch_size: int,
+                    modality: str) -> Iterator[np.ndarray]:
+    """The features of `raw`'s samples, one batch of `batch_size` rows at a time (the last padded to
+    the same static shape, its padding rows dropped); batch s+1 is prepared while s runs."""
+    pending = None
+    for s in range(0, len(raw), batch_size):
+        out = step(placed, _prepare(raw[s:s + batch_size], transform, batch_size, modality))
+        if pending is not None:
+            yield np.asarray(pending[0])[:pending[1]]
+        pending = (out, min(batch_size, len(raw) - s))
+    if pending is not None:
+        yield np.asarray(pending[0])[:pending[1]]
+
+
+def check_finite_rows(z: np.ndarray, rows: str, encoder_name: str) -> None:
+    """InputError when any of the embeddings `z` [N, ...] (samples `rows`, e.g. "0..9 of DATA") holds
+    NaN or inf, saying how many."""
+    bad = int(np.count_nonzero(~np.isfinite(z.reshape(len(z), -1)).all(axis=1)))
+    if bad:
+        raise InputError(f"{encoder_name} gives non-finite embeddings (NaN or inf) for {bad} of the "
+                         f"{len(z)} samples {rows}")
+
+
 # -- the mechanics -------------------------------------------------------------------------------
 
 def _prepare(images: np.ndarray, transform: Callable | None, batch_size: int, key: str = "image") -> np.ndarray:
@@ -144,8 +187,6 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     """
     log = on_log or (lambda message: None)
     mark = signal_mark()
-    import jax
-
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     source, output = Path(source), Path(output)
@@ -164,15 +205,8 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
 
     step, placed = make_step(encode_fn, params, pool, mesh)
     modality = src_attrs.get("modality", "image")
-    probe_x = _prepare(store.read(inputs, slice(0, 1)), transform, batch_size, modality)
-    try:
-        out_shape = jax.eval_shape(step, placed, jax.ShapeDtypeStruct(probe_x.shape, probe_x.dtype)).shape
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a shape the encoder cannot take is a user error
-        raise InputError(f"{source}: the encoder cannot take samples of shape {list(probe_x.shape[1:])} "
-                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
-    sample_shape = tuple(int(s) for s in out_shape[1:])
+    sample_shape = feature_shape(step, placed, store.read(inputs, slice(0, 1)), transform, batch_size, modality,
+                                 str(source))
 
     chunk_n = chunk_n or store.chunk_rows(sample_shape, 4)
     job = dict(job or {}) | {"source": str(source.resolve()), "source_fingerprint": store.dataset_fingerprint(source),
@@ -198,24 +232,12 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
             raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: stop at a unit's edge
             raw = store.read(inputs, slice(a, b))
             parts = []
-            pending = None
-            for s in range(0, b - a, batch_size):  # dispatch batch s, prepare s+1 while it runs
-                x = _prepare(raw[s:s + batch_size], transform, batch_size, modality)
-                real = min(batch_size, b - a - s)
-                out = step(placed, x)
-                if pending is not None:
-                    parts.append(np.asarray(pending[0])[:pending[1]])
-                    if on_progress:
-                        on_progress(pending[1])
-                pending = (out, real)
-            parts.append(np.asarray(pending[0])[:pending[1]])
-            if on_progress:
-                on_progress(pending[1])
+            for part in encoded_batches(step, placed, raw, transform, batch_size, modality):
+                parts.append(part)
+                if on_progress:
+                    on_progress(len(part))
             z = np.concatenate(parts, axis=0)
-            bad = int(np.count_nonzero(~np.isfinite(z.reshape(len(z), -1)).all(axis=1)))
-            if bad:
-                raise InputError(f"{encoder_name} gives non-finite embeddings (NaN or inf) for {bad} of the "
-                                 f"{b - a} samples {a}..{b - 1} of {source}; {output} not written")
+            check_finite_rows(z, f"{a}..{b - 1} of {source}; {output} not written", encoder_name)
             z_store[a:b].write(z).result()
             unit_stats[i] = chunk_stats(z)
             count, mean, m2 = unit_stats[i]
@@ -315,6 +337,58 @@ def _check_sample_rate(source, attrs: dict[str, Any], rate: int | None, run_dir:
                          f"(ingest it again with --sample-rate {rate})")
 
 
+@dataclasses.dataclass
+class RunEncoder:
+    """The encoder of one checkpoint of a run, as encode-latents uses it (`open_encoder`)."""
+
+    run_dir: Path
+    config: dict[str, Any]  # the resolved training configuration the checkpoint was saved with
+    objective: Any
+    host: dict[str, Any]  # the checkpoint's {'params', 'ema'} as NumPy pytrees
+    step: int
+    weights: str  # "target" (the EMA) or "context"
+    params: Any  # the chosen encoder's parameters
+
+    @property
+    def objective_config(self) -> dict[str, Any]:
+        return (self.config.get("objective_config") if isinstance(self.config, dict) else None) or {}
+
+    def encode_fn(self, layers: str) -> Callable:
+        """encode_fn(params, images) -> tokens [B, T, D x layers] of the last `layers` blocks."""
+        if layers not in LAYERS:
+            raise InputError(f"--layers must be one of {', '.join(LAYERS)}, got {layers!r}")
+        last_layers = LAYERS[layers]
+        objective = self.objective
+
+        def encode_fn(p, images):
+            return objective.encode(p, images, last_layers=last_layers)
+
+        return encode_fn
+
+    def transform(self) -> Callable:
+        """The objective's evaluation transform at the training size."""
+        return self.objective.eval_transform(self.objective_config.get("image_size"))
+
+
+def open_encoder(run_dir: str | os.PathLike, step: int | None = None, weights: str = "target",
+                 on_log: Callable[[str], None] | None = None, load_run: Callable | None = None) -> RunEncoder:
+    """The `weights` encoder of RUN's checkpoint `step` (None: the newest that reads back; each
+    newer, damaged one is reported through `on_log`). InputError for a missing run, an objective
+    without that encoder, and weights that hold NaN or inf."""
+    log = on_log or (lambda message: None)
+    if weights not in WEIGHTS:
+        raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    if load_run is None:
+        from jepa_cli.training.run import load_run
+    config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
+    params = select_encoder(objective, host, weights, run_dir)
+    _check_finite(params, f"{run_dir}: the {weights} encoder at step {step}")
+    return RunEncoder(run_dir, config, objective, host, int(step), weights, params)
+
+
 def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: str | os.PathLike, *,
                step: int | None = None, weights: str = "target", pool: str = "mean", layers: str = "last",
                batch_size: int = 128, mesh: str | None = "data=-1,fsdp=1", force: bool = False,
@@ -334,26 +408,16 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     atomic.check_output(output, force, "dataset", [source])  # fail before loading anything
     source_attrs = source_attributes(source)  # before loading the run: a wrong input fails at once
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run directory")
-    if load_run is None:
-        from jepa_cli.training.run import load_run
-    config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
+    encoder = open_encoder(run_dir, step, weights, log, load_run)
+    config, objective, step, encoder_params = encoder.config, encoder.objective, encoder.step, encoder.params
     from jepa_cli.evaluation.features import check_modality_pair
 
     check_modality_pair(source, source_attrs.get("modality", "image"), objective, run_dir)
-    encoder_params = select_encoder(objective, host, weights, run_dir)
-    _check_finite(encoder_params, f"{run_dir}: the {weights} encoder at step {step}")
-    last_layers = LAYERS[layers]
-
-    def encode_fn(p, images):
-        return objective.encode(p, images, last_layers=last_layers)
-
-    objective_config = config.get("objective_config") if isinstance(config, dict) else None
-    _check_channels(source, source_attrs, (objective_config or {}).get("channels"), run_dir)
-    _check_sample_rate(source, source_attrs, (objective_config or {}).get("sample_rate"), run_dir)
-    image_size = (objective_config or {}).get("image_size")
-    transform = objective.eval_transform(image_size)
+    encode_fn = encoder.encode_fn(layers)
+    objective_config = encoder.objective_config
+    _check_channels(source, source_attrs, objective_config.get("channels"), run_dir)
+    _check_sample_rate(source, source_attrs, objective_config.get("sample_rate"), run_dir)
+    transform = encoder.transform()
     mesh_obj = None
     if mesh:
         from jepa_cli.training.mesh import make_mesh

@@ -1,0 +1,50 @@
+"""`jepa export RUN -o FILE`: a run's weights in the official layout, as safetensors or a PyTorch checkpoint."""
+
+from __future__ import annotations
+
+import click
+
+from jepa_cli.cli.common import emit, output_options, warn
+from jepa_cli.cli.complete import complete_runs, complete_steps
+
+
+@click.command("export")
+@click.argument("run", type=click.Path(path_type=str), shell_complete=complete_runs)
+@click.option("-o", "--output", required=True, type=click.Path(path_type=str),
+              help="The file to write: FILE.safetensors or FILE.pth.tar (the format follows the name); never "
+                   "an existing path.")
+@click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps,
+              help="Checkpoint step (default: the latest).")
+@click.option("--weights", type=click.Choice(["target", "context"]), default=None,
+              help="The encoder written without --all: the EMA target (default, as I-JEPA evaluates; key "
+                   "target_encoder) or the context encoder (key encoder).")
+@click.option("--all", "full", is_flag=True,
+              help="Write the context encoder, the predictor and the target encoder: the whole official "
+                   "checkpoint, which `jepa import-checkpoint` and the official training code read.")
+@output_options
+def command(run, output, step, weights, full, as_json, verbose, quiet):
+    """Export a run's weights in the official layout, for PyTorch.
+
+    Writes the encoder of RUN's latest (or --step) checkpoint under the official names and layouts
+    of its objective (I-JEPA: facebookresearch/ijepa's VisionTransformer, with its pos_embed
+    table), so the official code loads it. FILE.pth.tar is the official checkpoint dict (parts
+    under `module.` names, and epoch), written without PyTorch and read by
+    torch.load(weights_only=True); FILE.safetensors holds one encoder under bare names (with --all:
+    each name prefixed by its part). `jepa import-checkpoint` reads an --all .pth.tar back into the
+    same weights. The optimizer's moments are not written.
+
+    \b
+    Examples:
+      jepa export runs/ijepa -o ijepa-target.safetensors
+      jepa export runs/ijepa -o ijepa.pth.tar --all
+    """
+    from jepa_cli.errors import InputError
+    from jepa_cli.training.export_official import export_run
+
+    if full and weights is not None:
+        raise InputError("--weights chooses the one encoder written without --all; --all writes both")
+    result = export_run(run, output, step=step, weights=weights or "target", full=full,
+                        on_log=lambda message: warn(message, quiet))
+    emit(result, as_json, lambda r: print(f"wrote {r['output']}: {', '.join(r['parts'])} of {r['run']} at step "
+                                          f"{r['step']} ({r['tensors']} tensors, {r['parameters']:,} parameters, "
+                                          f"{r['format']})"))

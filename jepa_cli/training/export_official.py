@@ -1,0 +1,138 @@
+"""A run's weights in the official layout of its objective, as a PyTorch checkpoint or safetensors
+(`jepa export`); the inverse of training/import_official.py.
+
+I-JEPA (facebookresearch/ijepa): the official src/train.py save_checkpoint() writes a dict with
+`encoder` (the context encoder), `predictor` and `target_encoder` state dicts, names prefixed with
+DistributedDataParallel's `module.`, and `epoch` (whole epochs done). The same dict is written here,
+as a `torch.save` file (models/torch_writer.py, no PyTorch needed) or as safetensors, with the
+names and layouts of models/convert.py's table (`to_official`, the inverse of the importer's
+`from_official`) and the fixed sin-cos tables (`pos_embed`, `predictor_pos_embed`) that the
+official modules hold as parameters. By default only one encoder is written (`weights`: the target,
+as I-JEPA evaluates, under `target_encoder`; or the context encoder, under `encoder`); `full`
+writes all three, which `jepa import-checkpoint` and the official training code read. The
+optimizer's moments are not written (the importer does not read them either).
+
+safetensors (the format of Hugging Face and timm): one encoder is written under its bare official
+names (`blocks.0.attn.qkv.weight`, no `module.`), so `VisionTransformer.load_state_dict` takes the
+file as is; with `full`, each name is prefixed by its part (`encoder.`, `predictor.`,
+`target_encoder.`). The header's metadata records the objective, step, epoch, parts and model.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from jepa_cli.errors import InputError
+
+FORMATS = {".safetensors": "safetensors", ".pth.tar": "torch", ".pth": "torch", ".pt": "torch"}
+PARTS = ("encoder", "predictor", "target_encoder")  # the official checkpoint's keys, in its order
+OFFICIAL = {"ijepa": "facebookresearch/ijepa"}  # objectives whose official layout is written
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """"safetensors" or "torch", from the file name's ending; InputError for any other name."""
+    name = Path(path).name.lower()
+    for ending, kind in FORMATS.items():
+        if name.endswith(ending) and len(name) > len(ending):
+            return kind
+    raise InputError(f"{path}: the format follows the file name; end it in .safetensors or .pth.tar "
+                     "(also .pth, .pt: a PyTorch checkpoint)")
+
+
+def _natural(name: str) -> list:
+    """A sort key that puts blocks.2 before blocks.10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _state_dict(tree: Any, predictor: bool, width: int, grid: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The official state dict of one part: the convert table's tensors, plus its fixed position
+    table [1, N, width] (official: a frozen nn.Parameter), names in natural order."""
+    from jepa_cli.models.convert import FIXED_TABLES, to_official
+    from jepa_cli.models.vit import pos_embed
+
+    tensors = to_official(tree, predictor=predictor)
+    table = FIXED_TABLES[1] if predictor else FIXED_TABLES[0]
+    tensors[table] = np.asarray(pos_embed(width, grid), np.float32)[None]
+    return {name: tensors[name] for name in sorted(tensors, key=_natural)}
+
+
+def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: int | None = None,
+               weights: str = "target", full: bool = False,
+               on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Writes the weights of RUN's checkpoint `step` (None: the newest that reads back) to the new
+    file `output` (atomically; an existing path is refused). Returns a summary: the file, format,
+    parts, step, epoch, tensor and parameter counts, bytes."""
+    from jepa_cli.data.atomic import check_output_file, write_file
+    from jepa_cli.evaluation.encode import WEIGHTS
+    from jepa_cli.models.vit import first_non_finite
+    from jepa_cli.training.run import load_run, read_run
+
+    kind = format_of(output)
+    if weights not in WEIGHTS:
+        raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if os.path.lexists(output):  # before loading anything
+        raise InputError(f"{output}: already exists (export never replaces a file: remove it or choose another name)")
+    check_output_file(output, False, b"", "checkpoint")
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    record = read_run(run_dir)
+    name = record["config"].get("objective")
+    if name not in OFFICIAL:
+        raise InputError(f"{run_dir}: a {name!r} run; export writes the official layout of "
+                         f"{', '.join(f'{k} ({v})' for k, v in OFFICIAL.items())} runs only")
+    log = on_log or (lambda message: None)
+    config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
+    model = objective.config  # the model fields of the I-JEPA config (models/config.py ModelConfig)
+    if tuple(model.encoder_mixers) != ("attn",) * len(model.encoder_mixers) or \
+            tuple(model.predictor_mixers) != ("attn",) * len(model.predictor_mixers):
+        raise InputError(f"{run_dir}: its model mixes tokens with {model.mixer!r}; the official model has "
+                         "attention blocks only")
+    wanted = PARTS if full else ("target_encoder" if weights == "target" else "encoder",)
+    trees = {"encoder": host["params"]["encoder"], "predictor": host["params"]["predictor"],
+             "target_encoder": host["ema"]}
+    for part in wanted:
+        found = first_non_finite(trees[part])
+        if found is not None:
+            import jax
+
+            path, bad, size = found
+            raise InputError(f"{run_dir}: the {part.replace('_', ' ')} at step {step} holds {bad} non-finite "
+                             f"value(s) (NaN or inf) of {size} in {jax.tree_util.keystr(path)}; nothing written")
+    grid = tuple(model.grid)
+    try:
+        parts = {part: _state_dict(trees[part], part == "predictor",
+                                   model.pred_width if part == "predictor" else model.embed_dim, grid)
+                 for part in wanted}
+    except InputError as exc:
+        raise InputError(f"{run_dir}: {exc}") from None
+    ipe = int((record.get("lengths") or {}).get("ipe") or 0)
+    epoch = step // ipe if ipe > 0 else 0  # the official checkpoints count whole epochs
+
+    if kind == "torch":
+        from jepa_cli.models.torch_writer import torch_checkpoint_bytes
+
+        checkpoint: dict[str, Any] = {part: collections.OrderedDict((f"module.{k}", v) for k, v in tensors.items())
+                                      for part, tensors in parts.items()}
+        checkpoint["epoch"] = epoch
+        data = torch_checkpoint_bytes(checkpoint)
+    else:
+        from safetensors.numpy import save
+
+        flat = {(k if len(parts) == 1 else f"{part}.{k}"): v for part, tensors in parts.items()
+                for k, v in tensors.items()}
+        metadata = {"format": "pt", "objective": name, "layout": OFFICIAL[name], "parts": ",".join(parts),
+                    "step": str(step), "epoch": str(epoch),
+                    "model": json.dumps(config.get("objective_config") or {}, sort_keys=True, default=str)}
+        data = save(flat, metadata=metadata)
+    write_file(output, data, False, b"", "checkpoint")
+    return {"output": str(output), "format": kind, "run": str(run_dir), "objective": name, "parts": list(parts),
+            "step": int(step), "epoch": epoch, "tensors": sum(len(t) for t in parts.values()),
+            "parameters": int(sum(v.size for t in parts.values() for v in t.values())), "bytes": len(data)}
