@@ -20,7 +20,7 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
     from jepa_cli.training.run import load_run, read_run
 
     config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback)
-    spec = getattr(objective, "ema_spec", None)
+    spec = objective.ema_spec
     if spec is None:
         raise InputError(f"{run_dir}: the {config.get('objective')!r} objective keeps no EMA")
     lengths = read_run(run_dir).get("lengths", {})

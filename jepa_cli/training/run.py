@@ -114,7 +114,7 @@ def build_optimizer(cfg, objective, lengths: dict[str, int], abstract_params: An
                         objective.weight_decay_mask(abstract_params))
     tx = optimizer.make_optimizer(lr_fn, wd_fn, mask, cfg.clip_grad, b1=cfg.betas[0], b2=cfg.betas[1],
                                   clip_start=getattr(cfg, "clip_grad_start", 0))
-    spec = getattr(objective, "ema_spec", None)
+    spec = objective.ema_spec
     momentum_fn = spec.momentum if spec is not None else None
     return tx, lr_fn, wd_fn, momentum_fn
 

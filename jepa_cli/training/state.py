@@ -35,7 +35,7 @@ def init_state(objective, tx, seed_key: jnp.ndarray) -> TrainState:
 def state_from_params(objective, tx, params, rng: jnp.ndarray) -> TrainState:
     """The state at update 0 around `params`: their EMA copy, the optimizer's initial state, `rng`
     (uint32 [2]) as the base key."""
-    spec = getattr(objective, "ema_spec", None)
+    spec = objective.ema_spec
     ema = jax.tree.map(jnp.array, ema_source(params, spec)) if spec is not None else {}
     return TrainState(params=params, ema=ema, opt_state=tx.init(params), step=jnp.zeros([], jnp.int32), rng=rng)
 

@@ -15,7 +15,7 @@ from jepa_cli.training.state import TrainState, ema_source
 def make_step_fn(objective, tx: optax.GradientTransformation, lr_fn: Callable, wd_fn: Callable,
                  momentum_fn: Callable | None, grad_accum: int = 1) -> Callable:
     """The (unjitted) step: (state, batch) -> (state, metrics dict of scalars)."""
-    spec = getattr(objective, "ema_spec", None)
+    spec = objective.ema_spec
     k = int(grad_accum)
 
     def loss_fn(params, ema, batch, key, step):
