@@ -284,3 +284,25 @@ def test_a_flow_run_trains_an_s5_dit_from_the_command_line_and_refuses_to_resume
     assert resumed.exit_code == 2
     assert "holds another model" in resumed.output and len(resumed.output.strip().splitlines()) == 1
     assert (run / "run.json").read_text() == record and sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1"]
+
+
+def test_weight_decay_leaves_out_s5s_b_eigenvalues_and_log_steps_and_decays_c():
+    from jepa_cli.objectives.base import decay_matrices_only
+
+    params = to_pure(ModelConfig(**TINY, mixer="s5,attn").encoder(nnx.Rngs(0)))
+    mask = decay_matrices_only(params)
+    assert mask["blocks"]["0"]["ssm"]["ssm"] == {"b": False, "c": True, "d": False, "lambda_im": False,
+                                                 "lambda_re": False, "log_step": False}
+    assert mask["blocks"]["0"]["ssm"]["proj"] == {"kernel": True, "bias": False}
+    assert mask["blocks"]["1"]["attn"]["qkv"] == {"kernel": True, "bias": False}
+
+
+def test_import_checkpoint_takes_no_mixer_and_refuses_one_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from jepa_cli.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["import-checkpoint", str(tmp_path / "x.pth"), "-o", str(tmp_path / "run"),
+                                      "--mixer", "s5"])
+    assert result.exit_code == 2 and "No such option '--mixer'" in result.output
+    assert not (tmp_path / "run").exists()

@@ -30,6 +30,11 @@ import numpy as np
 from flax import nnx
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # S5 ssm.py init_log_steps defaults (dt_min, dt_max)
+# The S5 leaves kept out of weight decay: S5's "standard" optimiser groups (train_helpers.py
+# create_train_state: B, Lambda_re, Lambda_im and log_step go to plain Adam, C and D to AdamW). Decay
+# would pull the eigenvalues' real parts and the log steps towards 0, i.e. towards marginal stability
+# and unit steps. C is decayed as any matrix; D, a vector, is not (the JEPA codes' groups leave 1-D leaves out).
+NO_DECAY = ("b", "lambda_re", "lambda_im", "log_step")
 LAMBDA_RE_MAX = -1e-4  # S5 clip_eigs: real parts stay below 0, so |Lambda_bar| < 1
 
 

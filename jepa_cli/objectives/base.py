@@ -55,10 +55,15 @@ class Objective(Protocol):
 def decay_matrices_only(params: Params, excluded: tuple[str, ...] = ("bias",)) -> Any:
     """The official JEPA codes' AdamW parameter groups as a pytree of bools: True (decayed) for
     every leaf but biases (leaves named in `excluded`) and 1-D leaves (LayerNorm scales); the
-    mask tokens, which are 3-D, are decayed as in the official code."""
+    mask tokens, which are 3-D, are decayed as in the official code. An S5 layer's (under `ssm`)
+    B, eigenvalues and log steps are not decayed either (models/s5.py NO_DECAY)."""
+    from jepa_cli.models.s5 import NO_DECAY
+
     def decay(path, leaf):
-        name = getattr(path[-1], "key", getattr(path[-1], "name", None))
-        return not (name in excluded or len(np.shape(leaf)) <= 1)
+        names = [getattr(k, "key", getattr(k, "name", None)) for k in path[-2:]]
+        if names[-1] in NO_DECAY and names[0] == "ssm":
+            return False
+        return not (names[-1] in excluded or len(np.shape(leaf)) <= 1)
 
     return jax.tree_util.tree_map_with_path(decay, params)
 
