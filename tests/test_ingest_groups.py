@@ -156,3 +156,14 @@ def test_a_bad_group_option_is_one_line_and_writes_nothing(run_cli, tmp_path, ca
         fragments = ("--group-regex applies to a folder source",)
     assert_user_error(run_cli("ingest", *args), *fragments)
     assert nothing_written(tmp_path, "o.zarr")
+
+
+def test_info_shows_a_long_group_list_as_its_count_and_first_names(run_cli, tmp_path):
+    root = tmp_path / "src"
+    for i in range(24):
+        png(root / f"p{i:02d}_0.png", i)
+    assert run_cli("ingest", root, tmp_path / "o.zarr", "--group-regex", r"^(p\d+)_", "--split", "train").exit_code == 0
+    result = run_cli("info", tmp_path / "o.zarr", env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.stderr
+    shown = " ".join(result.stdout.split())
+    assert '"groups": "19 names: p00, p01, p02, ..."' in shown  # 24 - round(24 * 0.2) on the train side

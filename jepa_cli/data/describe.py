@@ -75,14 +75,24 @@ def numbers_summary(values: list[Any]) -> str | None:
 
 
 def summarise_long_lists(value: Any) -> Any:
-    """`value` with every long numeric list inside it replaced by its numbers_summary, recursively:
+    """`value` with every long list of numbers or names inside it replaced by its summary, recursively:
     what `jepa info` prints for humans (`--json` keeps every value)."""
     if isinstance(value, dict):
         return {key: summarise_long_lists(item) for key, item in value.items()}
     if isinstance(value, list):
-        summary = numbers_summary(value)
+        summary = numbers_summary(value) or names_summary(value)
         return summary if summary is not None else [summarise_long_lists(item) for item in value]
     return value
+
+
+def names_summary(values: list[Any]) -> str | None:
+    """`120 names: alice, bob, carol, ...` for a list of more than LONGEST_LIST_SHOWN strings (a
+    split's groups, skipped files); None for any other value."""
+    if not isinstance(values, list) or len(values) <= LONGEST_LIST_SHOWN:
+        return None
+    if not all(isinstance(v, str) for v in values):
+        return None
+    return f"{len(values)} names: {', '.join(values[:3])}, ..."
 
 
 def array_summary(path: Path) -> dict[str, Any]:
