@@ -70,12 +70,17 @@ def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]]
     """Prints a command's result: one JSON object with --json, else the human rendering on stdout.
 
     Strings pass through `store.utf8_text` first: a name that is not UTF-8 (held by Python as lone
-    surrogates) is printed with `\\xNN` escapes for its bad bytes, so stdout is always valid UTF-8."""
+    surrogates) is printed with `\\xNN` escapes for its bad bytes, so stdout is always valid UTF-8.
+    The JSON is strict (RFC 8259, what jq reads): a NaN or infinite number (a diverged loss, the
+    accuracy of an empty class) is written as null."""
+    from jepa_cli.data.describe import json_finite
     from jepa_cli.data.store import utf8_text
 
     result = utf8_text(result)
     if as_json:
-        sys.stdout.write(json.dumps(result, default=_json_default) + "\n")
+        text = json.dumps(json_finite(result), default=lambda value: json_finite(_json_default(value)),
+                          allow_nan=False)
+        sys.stdout.write(text + "\n")
         return
     if callable(human):
         human(result)
@@ -86,6 +91,7 @@ def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]]
 
 
 def _json_default(value: Any) -> Any:
+    """A NumPy array or scalar as Python lists and numbers; anything else json cannot write as its str."""
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
@@ -116,7 +122,9 @@ class ProgressHandle:
     On a terminal it moves the bar. When stderr is a file or a pipe (SLURM, nohup, `2>log`) the bar is
     not drawn; instead one plain line `DESCRIPTION: DONE/TOTAL UNIT, RATE UNIT/s, ETA` is written at
     every tenth of the total and at least every `PLAIN_EVERY_S` seconds, once the work has run for
-    `PLAIN_AFTER_S`: a short command writes none, so that an error stays the only line on stderr."""
+    `PLAIN_AFTER_S`: a short command writes none, so that an error stays the only line on stderr. The
+    rate and the ETA are timed from the first advance (seconds_left), so that compiling the first
+    batch does not count; a line before a second advance shows neither."""
 
     PLAIN_AFTER_S = 10.0
     PLAIN_EVERY_S = 30.0
@@ -127,11 +135,14 @@ class ProgressHandle:
         self.log = stderr_log(quiet, progress.console)  # a plain line above the bar
         self._start = self._last_line = time.monotonic()
         self._done = 0
+        self._first: tuple[int, float] | None = None  # (done, time) at the first advance: the clock's start
         self._tenth_logged = 0
 
     def __call__(self, n: int = 1) -> None:
         self._progress.advance(self._task, n)
         self._done += n
+        if self._first is None:
+            self._first = (self._done, time.monotonic())
         speed = self._progress.tasks[0].speed
         if speed:
             self._progress.update(self._task, rate=f"{speed:,.0f} {self._unit}/s")
@@ -150,10 +161,20 @@ class ProgressHandle:
         if tenth <= self._tenth_logged and now - self._last_line < self.PLAIN_EVERY_S:
             return
         self._tenth_logged, self._last_line = max(tenth, self._tenth_logged), now
-        rate = self._done / max(now - self._start, 1e-9)
         done = f"{self._done}/{total}" if total else f"{self._done}"
-        eta = f", ETA {format_duration((total - self._done) / rate)}" if total and rate > 0 else ""
-        self.log(f"{self._progress.tasks[0].description}: {done} {self._unit}, {rate:,.1f} {self._unit}/s{eta}")
+        timed, seconds = self._done - self._first[0], now - self._first[1]
+        rate = f", {timed / seconds:,.1f} {self._unit}/s" if timed > 0 and seconds > 0 else ""
+        left = seconds_left(self._first, self._done, total, now) if total else None
+        eta = f", ETA {format_duration(left)}" if left is not None else ""
+        self.log(f"{self._progress.tasks[0].description}: {done} {self._unit}{rate}{eta}")
+
+
+def seconds_left(first: tuple[int, float], done: int, total: int, now: float) -> float | None:
+    """Seconds until `total` units are done, at the mean time per unit since `first` = (units done,
+    time) at the first report: what precedes that report (compiling a step) does not count. None
+    before a unit was timed. Every progress display (the generic bar, jepa train's) times its ETA so."""
+    timed = done - first[0]
+    return (total - done) * (now - first[1]) / timed if timed > 0 else None
 
 
 @contextlib.contextmanager

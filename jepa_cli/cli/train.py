@@ -274,8 +274,9 @@ class TrainProgress:
     def eta(self, step: int, now: float) -> float | None:
         """Seconds left at `step`, from the mean time per update since the first report; None before
         a second report."""
-        done = step - self.first[0]
-        return (self.steps - step) * (now - self.first[1]) / done if done > 0 else None
+        from jepa_cli.cli.common import seconds_left
+
+        return seconds_left(self.first, step, self.steps, now)
 
 
 def collapse_text(metrics: dict) -> str:

@@ -74,11 +74,10 @@ def lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool) -> 
     """Process 0 creates RUN if needed, locks it (run.RunLock) and, holding the lock, checks RUN
     again (`check_run_dir`: another trainer may have written it since `make_plan` looked, as `planned`).
     Returns (the lock, or None on the other processes, the mode). The other processes never write,
-    lock or look: they learn process 0's mode, or that it stopped, from one broadcast. (Each process
-    looking for itself raced: a process that looked after process 0 had written run.json refused the
-    run while process 0 waited for it in orbax's first barrier, forever.)"""
+    lock or look: they learn process 0's mode, or that it stopped, from one broadcast. Why one look
+    for all: a process that looked for itself could find the run.json process 0 had just written,
+    refuse the run and leave process 0 waiting for it at orbax's first barrier, forever."""
     import jax
-
 
     lock, error, mode = None, None, planned
     if main:
