@@ -25,9 +25,14 @@ from jepa_cli.models.config import MODEL_SIZES
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
+from jepa_cli.objectives.ijepa_config import IJEPAConfig, check_anticollapse
 from jepa_cli.options import option, option_of
 
 NORM_EPS = 1e-6  # Audio-JEPA src/models/components/loss.py: target standardisation eps
+SPEC_NORMS = ("none", "dataset")
+# the clips the trainer reads for spec_mean and spec_std, evenly spaced over the training set: enough for
+# two scalar statistics, bounded on AudioSet-size data
+STATS_CLIPS = 1024
 L2_FLOOR = 1e-12  # torch.nn.functional.normalize's default eps
 
 
@@ -59,6 +64,8 @@ class AudioJEPAConfig:
     mixer: str = option_of(ModelConfig, "mixer", "attn")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
+    # Audio-JEPA configs/model/jepa.yaml leaves norm_layer at torch's nn.LayerNorm: eps 1e-5
+    norm_eps: float = option_of(ModelConfig, "norm_eps", 1e-5)
     # front-end (Kaldi fbank as torchaudio.compliance.kaldi.fbank)
     sample_rate: int = option(32000, "Sample rate in Hz (training takes the dataset's).")  # Audio-JEPA: 32 kHz
     seconds: float = option(10.0, "Clip length in seconds (training takes the dataset's).")  # Audio-JEPA: 10 s clips
@@ -70,17 +77,35 @@ class AudioJEPAConfig:
     fmin: float = option(20.0, "Lowest mel filter edge in Hz.")  # Audio-JEPA: low_freq 20 Hz
     # Audio-JEPA: high_freq 16 kHz
     fmax: float = option(16000.0, "Highest mel filter edge in Hz (capped at the data's Nyquist frequency).")
+    # patches of another shape than patch_size x patch_size (not in Audio-JEPA): time strips across every
+    # mel bin (patch_mels = mel_bins) as in speech models, or any (frames, mel bins) rectangle
+    patch_frames: int | None = option(None, "Patch height in spectrogram frames (default: patch_size).")
+    patch_mels: int | None = option(None, "Patch width in mel bins (default: patch_size; mel_bins: time strips).")
+    # input normalisation (not in Audio-JEPA, which uses none): AudioMAE and BEATs standardise the log-mel
+    # with dataset statistics as (x - mean) / (2 std) (AudioMAE dataset.py, BEATs.py preprocess)
+    spec_norm: str = option("none", "Log-mel input normalisation: none (Audio-JEPA) | dataset: (x - spec_mean) / "
+                                    "(2 spec_std), the training set's statistics (AudioMAE, BEATs).",
+                            choices=SPEC_NORMS)
+    spec_mean: float | None = option(None, "Mean of the training set's log-mel values (spec_norm dataset; default: "
+                                           "computed by the trainer and recorded in run.json).")
+    spec_std: float | None = option(None, "Std of the training set's log-mel values (spec_norm dataset; default: "
+                                          "computed by the trainer and recorded in run.json).")
     # masks (jepa_cli.masks.RandomConfig); Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
     ratio: tuple[float, float] = option_of(RandomConfig, "ratio", (0.4, 0.6))
     # EMA: cosine ramp over the run (Audio-JEPA's EMA callback)
     ema: tuple[float, float] = option((0.996, 1.0), "Target-encoder EMA momentum START,END, a cosine ramp over "
                                                     "the run.")
     total_updates: int | None = option(None, "EMA ramp length in updates (default: set by the trainer).")
+    # anti-collapse terms, off in Audio-JEPA (declared with I-JEPA's options)
+    var_weight: float = option_of(IJEPAConfig, "var_weight", 0.0)
+    var_target: float = option_of(IJEPAConfig, "var_target", 1.0)
+    cov_weight: float = option_of(IJEPAConfig, "cov_weight", 0.0)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _tuplify(getattr(self, f.name)))
         check_field_types(self, "audio-jepa")
+        check_anticollapse(self)
         if self.sample_rate <= 0 or self.seconds <= 0:
             raise InputError(f"sample_rate and seconds must be positive, got {self.sample_rate} and {self.seconds}")
         if self.frames <= 0 or self.mel_bins < 3 or self.window_hops <= 0:
@@ -92,6 +117,21 @@ class AudioJEPAConfig:
             raise InputError(f"ema must be two momenta in [0, 1], got {self.ema!r}")
         if self.total_updates is not None and self.total_updates < 0:
             raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
+        if self.spec_norm not in SPEC_NORMS:
+            raise InputError(f"unknown spec_norm {self.spec_norm!r} (choose from {', '.join(SPEC_NORMS)})")
+        if self.spec_norm == "none" and (self.spec_mean is not None or self.spec_std is not None):
+            raise InputError('spec_mean and spec_std apply to spec_norm = "dataset"')
+        if (self.spec_mean is None) != (self.spec_std is None):
+            raise InputError("spec_mean and spec_std go together: give both or neither")
+        if self.spec_std is not None and not self.spec_std > 0:
+            raise InputError(f"spec_std must be > 0, got {self.spec_std!r}")
+        for name in ("patch_frames", "patch_mels"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        pt, pm = self.patch_shape
+        if self.rectangular and (self.frames % pt or self.mel_bins % pm):
+            raise InputError(f"patches of {pt} frames x {pm} mel bins do not tile {self.frames} frames x "
+                             f"{self.mel_bins} mel bins (patch_frames, patch_mels)")
         if self.model not in MODEL_SIZES:
             raise InputError(f"unknown model size {self.model!r} (choose from {', '.join(MODEL_SIZES)})")
         self.fbank_config.check()
@@ -116,13 +156,29 @@ class AudioJEPAConfig:
                            high_freq=float(min(self.fmax, nyquist)), window_type=self.window)
 
     @property
+    def patch_shape(self) -> tuple[int, int]:
+        """(frames, mel bins) of one patch."""
+        return (self.patch_frames or self.patch_size, self.patch_mels or self.patch_size)
+
+    @property
+    def rectangular(self) -> bool:
+        """Whether the patches are not patch_size squares: the spectrogram is then regrouped into one
+        channel per value of a patch and read with 1 x 1 patches (the same linear patch embedding)."""
+        return self.patch_shape != (self.patch_size, self.patch_size)
+
+    @property
     def model_config(self) -> ModelConfig:
-        return ModelConfig(model=self.model, patch_size=self.patch_size, image_size=(self.frames, self.mel_bins),
-                           channels=1, pred_depth=self.pred_depth, pred_width=self.pred_width,
+        if self.rectangular:
+            pt, pm = self.patch_shape
+            image_size, channels, patch_size = (self.frames // pt, self.mel_bins // pm), pt * pm, 1
+        else:
+            image_size, channels, patch_size = (self.frames, self.mel_bins), 1, self.patch_size
+        return ModelConfig(model=self.model, patch_size=patch_size, image_size=image_size,
+                           channels=channels, pred_depth=self.pred_depth, pred_width=self.pred_width,
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
                            heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
                            remat=self.remat, mixer=self.mixer, ssm_state=self.ssm_state,
-                           scan_order=self.scan_order)
+                           scan_order=self.scan_order, norm_eps=self.norm_eps)
 
     @property
     def mask_config(self) -> RandomConfig:
@@ -241,7 +297,58 @@ class AudioJEPAObjective(EncoderPredictorObjective):
 
     # -- training --------------------------------------------------------------------------
     def spectrogram(self, waves):
-        return log_mel(waves, self.config)
+        """float32 waveforms [B, samples] -> what the encoder reads: the log-mel [B, frames, mel_bins, 1]
+        (log_mel), standardised as (x - spec_mean) / (2 spec_std) with spec_norm "dataset", and with
+        rectangular patches regrouped to [B, frames / patch_frames, mel_bins / patch_mels, patch_frames x
+        patch_mels] (each patch's values frame-major, as a patch_frames x patch_mels convolution reads them)."""
+        c = self.config
+        x = log_mel(waves, c)
+        if c.spec_norm == "dataset":
+            if c.spec_mean is None or c.spec_std is None:
+                raise InputError('spec_norm "dataset" needs spec_mean and spec_std (jepa train measures them on '
+                                 "the training set)")
+            x = (x - c.spec_mean) / (2.0 * c.spec_std)
+        if c.rectangular:
+            (pt, pm), b = c.patch_shape, x.shape[0]
+            x = x.reshape(b, c.frames // pt, pt, c.mel_bins // pm, pm).transpose(0, 1, 3, 2, 4)
+            x = x.reshape(b, c.frames // pt, c.mel_bins // pm, pt * pm)
+        return x
+
+    def fit_to_data(self, path) -> "AudioJEPAObjective":
+        """With spec_norm "dataset" and no spec_mean / spec_std given: this objective with the mean and
+        std (ddof 0) of every log-mel value of the training set at `path`, the spectrogram as the encoder
+        sees it before normalisation (the eval transform, padding frames included), over STATS_CLIPS clips
+        evenly spaced over the set (all of a smaller one). Otherwise itself. The trainer calls it and
+        records the values in run.json, so that encode-latents and the probes of the run apply the same."""
+        c = self.config
+        if c.spec_norm != "dataset" or (c.spec_mean is not None and c.spec_std is not None):
+            return self
+        from pathlib import Path
+
+        from jepa_cli.data import store
+
+        inputs = store.open_array(Path(path) / "inputs")
+        n = int(inputs.shape[0])
+        index = np.unique(np.linspace(0, n - 1, num=min(n, STATS_CLIPS)).round().astype(np.int64))
+        transform, batch = self.eval_transform(), 64
+        spec = jax.jit(lambda w: log_mel(w, c))
+        total = total_sq = 0.0
+        count = 0
+        for a in range(0, len(index), batch):
+            rows = [transform({"audio": np.asarray(inputs[int(i)].read().result())}, None)["audio"]
+                    for i in index[a:a + batch]]
+            waves = np.zeros((batch, c.clip_samples), np.float32)  # one compiled shape
+            waves[:len(rows)] = np.stack(rows)
+            x = np.asarray(spec(waves), np.float64)[:len(rows)]
+            total += float(x.sum())
+            total_sq += float(np.square(x).sum())
+            count += x.size
+        mean = total / count
+        std = float(np.sqrt(max(total_sq / count - mean * mean, 0.0)))
+        if not std > 0:
+            raise InputError(f"{path}: every log-mel value is the same ({mean:g}); spec_norm \"dataset\" has no "
+                             "spread to divide by")
+        return AudioJEPAObjective(dataclasses.replace(c, spec_mean=mean, spec_std=std))
 
     def loss(self, params, ema, batch, key, step):
         spec = jax.lax.stop_gradient(self.spectrogram(batch["audio"]))
@@ -254,10 +361,12 @@ class AudioJEPAObjective(EncoderPredictorObjective):
         predictor = self._predictor.merge(params["predictor"])
         z_ctx = encoder(spec, m.context_index, m.context_valid)  # [B, 1, K, D]
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
-        value = norm_mse(z, h, m.target_valid)
+        prediction_loss = norm_mse(z, h, m.target_valid)
         pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
+        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config)
         aux = {
             "loss": value,
+            **regularisers,
             **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
             "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
             "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=(1, 2)).astype(jnp.float32)),

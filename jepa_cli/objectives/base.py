@@ -32,7 +32,9 @@ class EMASpec:
 class Objective(Protocol):
     """The contract of docs/architecture.md. Optional extras the trainer looks for with getattr:
     ``to_config() -> dict`` (JSON-able, round-trips through make_objective) and
-    ``with_total_updates(n) -> Objective`` (the same objective told the run length)."""
+    ``with_total_updates(n) -> Objective`` (the same objective told the run length) and
+    ``fit_to_data(path) -> Objective`` (the same objective with statistics of the training set at
+    `path` among its options, so that run.json records them: Audio-JEPA's spec_norm "dataset")."""
 
     def init(self, key: jax.Array) -> Params: ...
 

@@ -88,15 +88,7 @@ class IJEPAObjective(EncoderPredictorObjective):
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         prediction_loss = masked_token_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss)
         pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
-        value, regularisers = prediction_loss, {}
-        if self.config.var_weight:  # a Python branch: the official loss stays bit-identical when off
-            regularisers["var_loss"] = telemetry.variance_hinge(pooled, self.config.var_target)
-            value = value + self.config.var_weight * regularisers["var_loss"]
-        if self.config.cov_weight:
-            regularisers["cov_loss"] = telemetry.covariance_penalty(pooled)
-            value = value + self.config.cov_weight * regularisers["cov_loss"]
-        if regularisers:
-            regularisers["pred_loss"] = prediction_loss
+        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config)
         aux = {
             "loss": value,
             **regularisers,

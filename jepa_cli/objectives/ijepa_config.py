@@ -26,6 +26,21 @@ def _tuplify(v):
     return v
 
 
+# The objectives that take the anti-collapse terms (var_weight, var_target, cov_weight): declared once, as
+# IJEPAConfig's fields, and reused by the others with option_of.
+JEPA_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa")
+
+
+def check_anticollapse(config) -> None:
+    """InputError unless the anti-collapse weights are >= 0 and var_target > 0 (a target of 0 would make
+    the variance term 0 whatever the features); call after check_field_types (non-finite values)."""
+    for name in ("var_weight", "var_target", "cov_weight"):
+        if getattr(config, name) < 0.0:
+            raise InputError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    if config.var_target == 0.0:
+        raise InputError(f"var_target must be > 0 (the batch std the variance term asks for), got {config.var_target!r}")
+
+
 class EncoderPredictorOptions:
     """What the JEPA objectives' configs share (I-JEPA's here, V-JEPA's in objectives/vjepa.py): the
     mask options held as sorted (name, value) pairs, the recipe form (from_dict / to_dict), the input
@@ -127,14 +142,15 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     crop_ratio: tuple[float, float] = option((3 / 4, 4 / 3), "Random resized crop: aspect ratio LO,HI.")
     # anti-collapse terms (not in the official recipe; 0 = off): VICReg's variance and covariance terms
     # (Bardes et al. 2022, eq. 1 and 3) on the context encoder's mean-pooled features, as C-JEPA adds
-    # them to I-JEPA (Mo & Tong 2024)
+    # them to I-JEPA (Mo & Tong 2024); every JEPA objective takes them (JEPA_OBJECTIVES)
     var_weight: float = option(0.0, "Weight of the variance term: mean over channels of relu(var_target - "
                                     "std), the batch std of the context encoder's mean-pooled features "
-                                    "(VICReg); 0: official I-JEPA.", flag=True)
-    var_target: float = option(1.0, "Target std of the variance term (VICReg's gamma).", flag=True)
+                                    "(VICReg); 0: the official recipe.", flag=True, applies=JEPA_OBJECTIVES)
+    var_target: float = option(1.0, "Target std of the variance term (VICReg's gamma), > 0.", flag=True,
+                               applies=JEPA_OBJECTIVES)
     cov_weight: float = option(0.0, "Weight of the covariance term: the squared off-diagonal entries of "
                                     "the pooled features' batch covariance, summed, over the width "
-                                    "(VICReg); 0: off.", flag=True)
+                                    "(VICReg); 0: off.", flag=True, applies=JEPA_OBJECTIVES)
     # 256/224 is the usual Resize(256) + CenterCrop(224)
     eval_resize_ratio: float = option(256 / 224, "Evaluation (encode-latents): resize the short side to "
                                                  "image_size x this, then centre-crop; 1.0 keeps the whole image.")
@@ -143,9 +159,7 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
         self._normalise_and_check()
         if self.loss not in LOSSES:
             raise InputError(f"unknown loss {self.loss!r} (choose from {', '.join(LOSSES)})")
-        for name in ("var_weight", "var_target", "cov_weight"):
-            if getattr(self, name) < 0.0:  # non-finite values are refused by check_field_types
-                raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        check_anticollapse(self)
         if not self.eval_resize_ratio >= 1.0:
             raise InputError(f"eval_resize_ratio must be >= 1 (1: no border cropped), got {self.eval_resize_ratio!r}")
         super().__post_init__()  # validates the model fields

@@ -64,3 +64,22 @@ def masked_mean_pool(x, valid):
     """x [..., K, D], valid [..., K] -> mean over valid tokens [..., D]."""
     w = valid.astype(jnp.float32)[..., None]
     return jnp.sum(x.astype(jnp.float32) * w, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1.0)
+
+
+def with_anticollapse(prediction_loss, pooled, config):
+    """The loss of a JEPA objective with its anti-collapse terms (`config`'s var_weight, var_target,
+    cov_weight; objectives/ijepa_config.py): prediction_loss + var_weight x variance_hinge(pooled,
+    var_target) + cov_weight x covariance_penalty(pooled), pooled [B, D] the context encoder's pooled
+    features; and the aux entries `var_loss`, `cov_loss` (the terms that are on, unweighted) and
+    `pred_loss`, none when both weights are 0. A weight of 0 is a Python branch: the loss is then the
+    prediction loss itself, bit for bit (the official recipes)."""
+    value, regularisers = prediction_loss, {}
+    if config.var_weight:
+        regularisers["var_loss"] = variance_hinge(pooled, config.var_target)
+        value = value + config.var_weight * regularisers["var_loss"]
+    if config.cov_weight:
+        regularisers["cov_loss"] = covariance_penalty(pooled)
+        value = value + config.cov_weight * regularisers["cov_loss"]
+    if regularisers:
+        regularisers["pred_loss"] = prediction_loss
+    return value, regularisers

@@ -27,7 +27,7 @@ from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
-from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions, IJEPAConfig
+from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions, IJEPAConfig, check_anticollapse
 from jepa_cli.options import option, option_of
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +49,13 @@ class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     crop_ratio: tuple[float, float] = option_of(IJEPAConfig, "crop_ratio", (0.75, 1.35))
     # app/vjepa/transforms.py: random_horizontal_flip (True in make_transforms)
     hflip: bool = option(True, "Random horizontal flip of each clip.")
+    var_weight: float = option_of(IJEPAConfig, "var_weight", 0.0)
+    var_target: float = option_of(IJEPAConfig, "var_target", 1.0)
+    cov_weight: float = option_of(IJEPAConfig, "cov_weight", 0.0)
 
     def __post_init__(self):
         self._normalise_and_check()
+        check_anticollapse(self)
         if not self.loss_exp > 0:
             raise InputError(f"loss_exp must be > 0, got {self.loss_exp}")
         super().__post_init__()  # the model fields, tubelet against frames
@@ -126,10 +130,12 @@ class VJEPAObjective(EncoderPredictorObjective):
         predictor = self._predictor.merge(params["predictor"])
         z_ctx = encoder(clips, m.context_index, m.context_valid)  # [B, M, K, D]
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
-        value = l1_pair_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss_exp)
+        prediction_loss = l1_pair_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss_exp)
         pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
+        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config)
         aux = {
             "loss": value,
+            **regularisers,
             **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
             "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
             "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=-1).astype(jnp.float32)),
