@@ -14,7 +14,8 @@ from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_ste
 @click.argument("test", type=click.Path(path_type=str), shell_complete=complete_datasets)
 @click.option("--raw", is_flag=True, help="Probe raw inputs (flattened, pixels scaled to [0, 1]) instead of latents; TRAIN and TEST "
                    "must agree in modality and sample shape, not in what wrote them (e.g. real vs sampled).")
-@click.option("--k", "k", type=click.IntRange(min=1), default=20, show_default=True, help="knn: neighbours.")
+@click.option("--k", "k", type=click.IntRange(min=1), default=20, show_default=True,
+              help="knn: neighbours; more than TRAIN's samples is lowered to that number, with a warning.")
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.07, show_default=True,
               help="knn: temperature of the weighted vote.")
 @click.option("--vote", type=click.Choice(["weighted", "majority"]), default="weighted", show_default=True,
@@ -37,7 +38,9 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
 
     Features are the `inputs` of latent datasets (from encode-latents), or of any dataset with
     --raw. linear: standardised features, logistic regression, weight decay chosen on a held-out
-    part of TRAIN. knn: cosine, k neighbours, DINO's temperature-weighted vote. attentive: V-JEPA's
+    part of TRAIN. knn: cosine, k neighbours, DINO's temperature-weighted vote; a --k above TRAIN's
+    number of samples is lowered to it (every sample votes) with a warning line, and the result's
+    "k" is the one used. attentive: V-JEPA's
     one-query cross-attention probe over tokens (encode with --pool none). Accuracies are fractions;
     top-5 only with more than 5 classes (else null in --json: every label is among the five best).
 
@@ -55,10 +58,9 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     log = stderr_log(quiet or as_json and not verbose)
     if run_dir is not None or step is not None:
         return _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json,
-                          log)
+                          log, quiet)
     tokens = probe == "attentive"
-    tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens,
-                                                    min_train=k if probe == "knn" else 1, allow_mismatch=allow_mismatch)
+    tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens, allow_mismatch=allow_mismatch)
     if mismatch:
         warn(f"TRAIN and TEST were not encoded alike ({mismatch})", quiet)
     if verbose:  # an error may still follow, and an error must stay the only line on stderr
@@ -87,6 +89,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
         with progress_bar("k-NN probe", te.n, "rows", quiet=bar_quiet) as advance:
             out = knn_probe(tr.x, tr.labels, te.x, te.labels, num_classes, k=k, temperature=temperature, vote=vote,
                             batch_size=batch_size, on_batch=advance)
+        _warn_k_lowered(k, out["k"], train, quiet)
     else:
         from jepa_cli.evaluation.attentive import BATCH_SIZE, attentive_probe
 
@@ -128,8 +131,16 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
     emit(result, as_json, human)
 
 
-def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json, log):
+def _warn_k_lowered(given: int, used: int, train: str, quiet: bool) -> None:
+    """The one warning line of a k-NN probe whose --k exceeded TRAIN's samples (knn_probe lowers it)."""
+    if used < given:
+        warn(f"--k {given} is more than the {used} samples of {train}: the k-NN probe used k={used}, every "
+             "training sample", quiet)
+
+
+def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json, log, quiet):
     """`--run RUN [--step N|all]`: one result per checkpoint (evaluation/online.py probe_run)."""
+    k_given = k
     from jepa_cli.errors import InputError
     from jepa_cli.evaluation.features import accuracy_text
     from jepa_cli.evaluation.online import probe_run
@@ -145,6 +156,9 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
         step = int(step)
     rows = probe_run(run_dir, train, test, probe, step, k=k, temperature=temperature, vote=vote, seed=seed,
                      on_result=lambda r: log(f"step {r['step']}: {accuracy_text(r['top1'], r['top5'])}"))
+    if probe == "knn":
+        k = rows[0]["k"]
+        _warn_k_lowered(k_given, k, train, quiet)
     result = {"probe": probe, "run": run_dir, "train": train, "test": test, "weights": "target",
               "k": k if probe == "knn" else None, "results": rows}
 

@@ -138,7 +138,7 @@ def _short(a: Any, b: Any) -> str:
 
 
 def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bool = False,
-              min_train: int = 1, allow_mismatch: bool = False) -> tuple[Features, Features, int, str | None]:
+              allow_mismatch: bool = False) -> tuple[Features, Features, int, str | None]:
     """Loads TRAIN and TEST, checks they agree; returns them, the number of classes, and how their
     encodings differ (None when they match; an InputError unless `allow_mismatch`)."""
     try:  # before loading: raw audio is turned into log-mel features on the way in
@@ -163,8 +163,6 @@ def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bo
     if tr.x.shape[-1] != te.x.shape[-1]:
         raise InputError(f"feature dimensions differ: {tr.path} has {tr.x.shape[-1]}, "
                          f"{te.path} has {te.x.shape[-1]}")
-    if tr.n < min_train:
-        raise InputError(f"{tr.path}: {tr.n} training samples, fewer than k={min_train}")
     num_classes = int(max(tr.labels.max(), te.labels.max())) + 1
     num_classes = max(num_classes, len(tr.class_names))
     if len(np.unique(tr.labels)) < 2:

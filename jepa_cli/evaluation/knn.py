@@ -70,7 +70,9 @@ def knn_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
               k: int = 20, temperature: float = 0.07, vote: str = "weighted", batch_size: int | None = None,
               on_batch: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Top-1/top-5 (fractions; top-5 None for 5 classes or fewer, features.topk_accuracy) of the k-NN
-    classifier and its top-1 predictions."""
+    classifier and its top-1 predictions. A `k` above the number of training rows is lowered to it
+    (every training row votes); the result's "k" is the one used, so that a caller can say so."""
+    k = min(k, len(x_train))
     ranked = knn_rank(x_train, y_train, x_test, num_classes, k, temperature, vote, batch_size, on_batch)
     top1, top5 = topk_accuracy(y_test, ranked, num_classes)
     return {"top1": top1, "top5": top5,

@@ -94,7 +94,8 @@ class OnlineProbe:
             sets.append((batches, len(raw), labels, list(attrs.get("class_names") or [])))
         (self._train, n_train, self.train_labels, names), (self._test, _, self.test_labels, _) = sets
         if n_train < k:
-            raise InputError(f"{what}: {train_path}: {n_train} samples, fewer than k={k}")
+            raise InputError(f"{what}: {train_path}: {n_train} samples, fewer than the k-NN probe's k={k}: pass "
+                             f"--probe-k {n_train} or fewer, or a larger training set")
         if len(np.unique(self.train_labels)) < 2:
             raise InputError(f"{what}: {train_path}: a probe needs at least two classes")
         self.num_classes = max(int(max(self.train_labels.max(), self.test_labels.max())) + 1, len(names))
@@ -154,8 +155,9 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
         config, objective, host, got = load_run(run_dir, want)
         if probe is None:
             model = config.get("objective_config") or {}
-            probe = OnlineProbe(objective, train, test, k if kind == "knn" else 1, model.get("image_size"),
-                                model.get("channels"), what=str(run_dir))
+            # k=1: knn_probe lowers a k above TRAIN's size itself, and the command says so
+            probe = OnlineProbe(objective, train, test, 1, model.get("image_size"), model.get("channels"),
+                                what=str(run_dir))
         encoder = select_encoder(objective, host, "target", run_dir)
         x_train, x_test = probe.features(encoder, "train"), probe.features(encoder, "test")
         if kind == "knn":
