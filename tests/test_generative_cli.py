@@ -282,6 +282,8 @@ def test_a_second_sample_into_an_output_being_written_is_refused(trained, tmp_pa
     (("--guidance-scale", "1e30"), "'--guidance-scale': 1e+30 is not in the range 0.0<=x<=100.0"),
     (("--guidance-scale", "nan"), "--guidance-scale must be a number in [0, 100], got nan"),
     (("--steps", "1000000000"), "'--steps': 1000000000 is not in the range 1<=x<=10000"),
+    (("-n", "0"), "'-n': 0 is not in the range x>=1"),
+    (("--batch-size", "0"), "'--batch-size': 0 is not in the range x>=1"),
 ])
 def test_sample_refusals_are_one_line_and_write_nothing(trained, run_cli, args, fragment):
     d, _, run = trained

@@ -31,7 +31,7 @@ def _classes(ctx, param, value):
 
 @click.command("sample")
 @click.argument("run", type=click.Path(path_type=str), shell_complete=complete_runs)
-@click.option("-n", "num", type=int, default=64, show_default=True,
+@click.option("-n", "num", type=click.IntRange(min=1), default=64, show_default=True,
               help="Samples per class with --class/--classes, else in all.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="The dataset to write.")
 @click.option("--class", "classes", type=int, multiple=True, help="Class id to sample (repeatable).")
@@ -51,7 +51,8 @@ def _classes(ctx, param, value):
               help="Checkpoint step (default: the latest).")
 @click.option("--weights", type=click.Choice(["ema", "online"]), default="ema", show_default=True,
               help="The EMA or the online parameters.")
-@click.option("--batch-size", type=int, default=64, show_default=True, help="Samples per jitted trajectory.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Samples per jitted trajectory.")
 @click.option("--mesh", default="data=-1,fsdp=1", show_default=True, help="Device mesh, as in `jepa train`.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG grid of the samples: one row per class, labelled, its first ten samples.")
