@@ -65,7 +65,8 @@ class Run:
         averaged); "none": the tokens [N, T, D]. `layers` "last4": the last four blocks' outputs
         concatenated (D x 4). `batch_size` samples per step; as in encode-latents, a batch is at most
         N samples and the last one is padded. InputError for bad options, no samples, samples the
-        encoder cannot take, and embeddings that hold NaN or inf."""
+        encoder cannot take (images of other channels than the run's), and embeddings that hold NaN
+        or inf. Audio must be at the run's sample rate (`config["objective_config"]["sample_rate"]`)."""
         from jepa_cli.evaluation.encode import (LAYERS, POOLS, check_finite_rows, encoded_batches, feature_shape,
                                                 make_step)
 
@@ -84,11 +85,15 @@ class Run:
         n = int(x.shape[0])
         if n == 0:
             raise InputError("x holds no samples")
+        modality = tuple(getattr(self._encoder.objective, "modalities", ("image",)))[0]
+        channels = self._encoder.objective_config.get("channels")
+        if modality == "image" and x.ndim == 4 and channels and x.shape[-1] != int(channels):
+            raise InputError(f"x: images of {x.shape[-1]} channel(s), but {self.path} was trained on {channels} "
+                             f"(x is [N, H, W, C])")
         if (layers, pool) not in self._steps:
             self._steps[layers, pool] = make_step(self._encoder.encode_fn(layers), self.encoder_params, pool)
         step, placed = self._steps[layers, pool]
         transform = self._encoder.transform()
-        modality = tuple(getattr(self._encoder.objective, "modalities", ("image",)))[0]
         batch = min(int(batch_size), n)
         feature_shape(step, placed, x[:1], transform, batch, modality, "x")
         z = np.concatenate(list(encoded_batches(step, placed, x, transform, batch, modality)), axis=0)
