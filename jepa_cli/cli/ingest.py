@@ -35,9 +35,10 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--group-column", help="Group = this column of the --labels CSV; --split keeps each group on one side.")
 @click.option("--split", type=click.Choice(["train", "test"]),
               help="Keep one side of a split, stratified by label or (with a group option) by group.")
-@click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Fraction of each class in the test split.")
+@click.option("--test-fraction", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=0.2,
+              show_default=True, help="Fraction of each class in the test split.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the split.")
-@click.option("--limit", type=int, help="Keep at most N samples (after the split).")
+@click.option("--limit", type=click.IntRange(min=1), help="Keep at most N samples (after the split).")
 @click.option("--skip-bad", is_flag=True, help="Skip files that cannot be decoded or converted, and report how many.")
 @click.option("--force", is_flag=True, help="Replace OUT if it is a dataset (anything else is refused).")
 @click.option("--frames", type=click.IntRange(min=1), help="Video: frames per clip (16 for files and frame folders).")

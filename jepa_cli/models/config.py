@@ -85,6 +85,8 @@ class ModelConfig:
                             applies=MIXER_APPLIES)
     scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",
                              flag=True, choices=SCAN_ORDERS, applies=MIXER_APPLIES)
+    # I-JEPA and V-JEPA vit_*: partial(nn.LayerNorm, eps=1e-6)
+    norm_eps: float = option(1e-6, "LayerNorm epsilon of the encoder and predictor.")
 
     def __post_init__(self):
         check_field_types(self, "model")
@@ -121,6 +123,8 @@ class ModelConfig:
         if self.channels <= 0 or self.pred_depth < 0 or self.encoder_depth <= 0:
             raise InputError("channels and depth must be positive")
         _ = self.encoder_mixers, self.predictor_mixers  # parses the pattern: a bad one is an InputError
+        if not self.norm_eps > 0:
+            raise InputError(f"norm_eps must be > 0, got {self.norm_eps!r}")
         if self.ssm_state < 2 or self.ssm_state % 2:
             raise InputError(f"ssm_state must be an even number >= 2 (P/2 conjugate pairs are stored), "
                              f"got {self.ssm_state}")
@@ -162,10 +166,11 @@ class ModelConfig:
         return parse_mixer(self.mixer, self.pred_depth, "predictor") if self.pred_depth else ()
 
     def _mixer_kwargs(self, mixers: tuple[str, ...]) -> dict:
-        """The mixer arguments of a stack: none for attention only, so those modules stay as they were."""
+        """The mixer and norm arguments of a stack: none for attention only, so those modules stay as they were."""
+        norm = {"norm_eps": self.norm_eps}
         if set(mixers) <= {"attn"}:
-            return {}
-        return {"mixers": mixers, "ssm_state": self.ssm_state, "scan_order": self.scan_order}
+            return norm
+        return {"mixers": mixers, "ssm_state": self.ssm_state, "scan_order": self.scan_order, **norm}
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Vision Transformer encoder and I-JEPA predictor (Flax NNX).
 
 Follows the official I-JEPA src/models/vision_transformer.py: convolutional patchify, fixed 2D
-sin-cos position embedding added before masking, no CLS token, pre-norm blocks (LayerNorm eps 1e-6,
+sin-cos position embedding added before masking, no CLS token, pre-norm blocks (LayerNorm eps 1e-6 unless `norm_eps` says otherwise,
 qkv bias, GELU MLP), final LayerNorm. Every Linear / Conv weight is trunc-normal(0.02) (PyTorch's
 ``trunc_normal_``: a normal of std 0.02 cut at +-2, i.e. effectively untruncated), biases 0,
 LayerNorm (1, 0). Parameters are float32; ``dtype`` is the compute dtype of matmuls and attention.
@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.errors import InputError
+from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS
 from jepa_cli.names import COMPUTE_DTYPES
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
 from jepa_cli.models.scan_order import scan_rank
@@ -76,13 +77,22 @@ def _linear(din, dout, dtype, rngs):
     )
 
 
-def _layer_norm(dim, dtype, rngs):
+NORM_EPS = 1e-6  # I-JEPA / V-JEPA vit_*: partial(nn.LayerNorm, eps=1e-6)
+
+
+def _layer_norm(dim, dtype, rngs, eps: float = NORM_EPS):
     """LayerNorm in float32 whatever the compute dtype: torch autocast runs layer_norm in float32."""
     del dtype
-    return nnx.LayerNorm(dim, epsilon=1e-6, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
+    return nnx.LayerNorm(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
 
 
 class Attention(nnx.Module):
+    """Multi-head self-attention. `impl` (set on a built model by `use_attention`): 'xla' the einsums
+    and float32 softmax written out below (the official maths); 'dot_product' jax.nn.dot_product_attention,
+    which takes cuDNN's fused flash attention on a GPU where it applies and the same maths elsewhere."""
+
+    impl = "xla"
+
     def __init__(self, dim: int, heads: int, dtype, rngs: nnx.Rngs):
         self.heads = heads
         self.dtype = dtype
@@ -94,6 +104,9 @@ class Attention(nnx.Module):
         hd = dim // self.heads
         qkv = self.qkv(x).reshape(n, length, 3, self.heads, hd)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if self.impl == "dot_product":
+            mask = None if key_valid is None else key_valid[:, None, None, :]
+            return self.proj(jax.nn.dot_product_attention(q, k, v, mask=mask).reshape(n, length, dim))
         logits = jnp.einsum("nqhd,nkhd->nhqk", q * jnp.asarray(hd**-0.5, q.dtype), k)
         logits = logits.astype(jnp.float32)
         if key_valid is not None:
@@ -169,9 +182,9 @@ class Block(nnx.Module):
     `ssm_state`) where attention (`attn`) is; the rest of the block is the same."""
 
     def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs,
-                 cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64):
+                 cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64, norm_eps: float = NORM_EPS):
         affine = cond_dim is None
-        norm = _layer_norm if affine else _plain_layer_norm
+        norm = functools.partial(_layer_norm, eps=norm_eps) if affine else _plain_layer_norm
         self.norm1 = norm(dim, dtype, rngs)
         if mixer == "attn":
             self.attn = Attention(dim, heads, dtype, rngs)
@@ -191,6 +204,18 @@ class Block(nnx.Module):
         s1, c1, g1, s2, c2, g2 = jnp.split(self.modulation(jax.nn.silu(cond)), 6, axis=-1)
         x = x + g1[:, None] * mix(modulate(self.norm1(x), s1, c1), key_valid)
         return x + g2[:, None] * self.mlp(modulate(self.norm2(x), s2, c2))
+
+
+def use_attention(module: nnx.Module, impl: str) -> nnx.Module:
+    """`module` with every Attention computed by `impl` ('xla' or 'dot_product', ATTENTION_IMPLS); the
+    parameters are the same, so a run may change it between resumes."""
+    if impl not in ATTENTION_IMPLS:
+        raise InputError(f"unknown attention_impl {impl!r} (choose from {', '.join(ATTENTION_IMPLS)})")
+    if impl != Attention.impl:  # the default leaves the module as built
+        for _, sub in nnx.iter_graph(module):
+            if isinstance(sub, Attention):
+                sub.impl = impl
+    return module
 
 
 def block_kind(block: Block) -> str:
@@ -274,13 +299,14 @@ def to_scan_order(x, positions, valid, grid: tuple[int, ...], order: str):
     return take(x, perm), None if valid is None else take(valid, perm), lambda y: take(y, inverse)
 
 
-def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state):
+def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps=NORM_EPS):
     """`depth` blocks; mixers None: all attention, the ViT's blocks in the official parameter order."""
     if mixers is None:
-        return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs) for _ in range(depth)])
+        return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, norm_eps=norm_eps) for _ in range(depth)])
     if len(mixers) != depth:
         raise InputError(f"{len(mixers)} mixers for {depth} blocks")
-    return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, mixer=m, ssm_state=ssm_state) for m in mixers])
+    return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, mixer=m, ssm_state=ssm_state, norm_eps=norm_eps)
+                     for m in mixers])
 
 
 def gather_tokens(x, index):
@@ -300,7 +326,7 @@ class VisionTransformer(nnx.Module):
         depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
         num_frames: int | None = None, tubelet_size: int = 1, scan_layers: bool = False,
         remat: str = "none", mixers: tuple[str, ...] | None = None, ssm_state: int = 64,
-        scan_order: str = "raster",
+        scan_order: str = "raster", norm_eps: float = NORM_EPS,
     ):
         self.scan_layers, self.remat = scan_layers, remat
         # a stack with a recurrent block runs in scan order (None: attention only, order-free)
@@ -319,8 +345,8 @@ class VisionTransformer(nnx.Module):
             kernel_init=trunc_normal(), bias_init=_zeros,
             dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
         )
-        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state)
-        self.norm = _layer_norm(width, dtype, rngs)
+        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps)
+        self.norm = _layer_norm(width, dtype, rngs, norm_eps)
 
     def patchify(self, images):
         """The strided convolution as one matmul: [B, H, W, C] -> [B, h*w, D] (raster order), or
@@ -389,7 +415,7 @@ class VisionTransformerPredictor(nnx.Module):
         self, *, grid: tuple[int, ...], embed_dim: int, width: int, depth: int, heads: int,
         mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs, num_mask_tokens: int | None = None,
         scan_layers: bool = False, remat: str = "none", mixers: tuple[str, ...] | None = None,
-        ssm_state: int = 64, scan_order: str = "raster",
+        ssm_state: int = 64, scan_order: str = "raster", norm_eps: float = NORM_EPS,
     ):
         self.scan_layers, self.remat = scan_layers, remat
         self.scan_order = scan_order if mixers is not None and "s5" in mixers else None
@@ -401,8 +427,8 @@ class VisionTransformerPredictor(nnx.Module):
             self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
         else:  # V-JEPA: one zero-initialised token per mask type (vitl16.yaml zero_init_mask_tokens)
             self.mask_tokens = nnx.Param(jnp.zeros((num_mask_tokens, 1, width), jnp.float32))
-        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state)
-        self.norm = _layer_norm(width, dtype, rngs)
+        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps)
+        self.norm = _layer_norm(width, dtype, rngs, norm_eps)
         self.proj = _linear(width, embed_dim, dtype, rngs)
 
     def __call__(self, context, context_index, context_valid, target_index, target_valid):

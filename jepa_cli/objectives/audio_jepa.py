@@ -64,6 +64,8 @@ class AudioJEPAConfig:
     mixer: str = option_of(ModelConfig, "mixer", "attn")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
+    # Audio-JEPA configs/model/jepa.yaml leaves norm_layer at torch's nn.LayerNorm: eps 1e-5
+    norm_eps: float = option_of(ModelConfig, "norm_eps", 1e-5)
     # front-end (Kaldi fbank as torchaudio.compliance.kaldi.fbank)
     sample_rate: int = option(32000, "Sample rate in Hz (training takes the dataset's).")  # Audio-JEPA: 32 kHz
     seconds: float = option(10.0, "Clip length in seconds (training takes the dataset's).")  # Audio-JEPA: 10 s clips
@@ -176,7 +178,7 @@ class AudioJEPAConfig:
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
                            heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
                            remat=self.remat, mixer=self.mixer, ssm_state=self.ssm_state,
-                           scan_order=self.scan_order)
+                           scan_order=self.scan_order, norm_eps=self.norm_eps)
 
     @property
     def mask_config(self) -> RandomConfig:
