@@ -408,3 +408,13 @@ def test_an_npz_array_larger_than_memory_is_refused_before_it_is_decompressed(ru
     assert_user_error(run_cli("ingest", tmp_path / "x.npz", tmp_path / "o.zarr"),
                       f"{tmp_path / 'x.npz'}[images]: needs about 3.9 MiB of memory but 1.0 MiB is available; "
                       "a .npz array is decompressed whole")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--limit", "0"), "'--limit': 0 is not in the range x>=1"),
+    (("--test-fraction", "1", "--split", "train"), "'--test-fraction': 1.0 is not in the range 0.0<x<1.0"),
+    (("--test-fraction", "0", "--split", "train"), "'--test-fraction': 0.0 is not in the range 0.0<x<1.0"),
+])
+def test_ingest_limit_and_test_fraction_out_of_range_are_refused_by_their_option(tmp_path, run_cli, args, fragment):
+    assert_user_error(run_cli("ingest", "builtin:digits", tmp_path / "d.zarr", *args), fragment)
+    assert list(tmp_path.iterdir()) == []
