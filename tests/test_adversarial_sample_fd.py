@@ -117,7 +117,8 @@ def test_fd_with_a_vjepa_run_on_an_image_set_is_refused(tmp_path):
     images = _dataset(tmp_path / "i.zarr", np.zeros((3, 8, 8, 3), np.uint8))
     run, load_run = _fake_run(tmp_path, "vjepa", VJEPA)
     with pytest.raises(InputError, match=f"^{images} holds image samples, but {run} \\(objective 'vjepa'\\) "
-                                         "encodes video samples: give it a dataset of that modality$"):
+                                         "encodes video samples: give video data \\(jepa ingest VIDEO_FOLDER "
+                                         "OUT.zarr --frames 4\\), or a run trained on image data"):
         fd_datasets(images, images, run, load_run=load_run)
 
 

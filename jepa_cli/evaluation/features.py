@@ -85,17 +85,39 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
     return Features(path, x, labels, list(attrs.get("class_names") or []), attrs, sample_shape)
 
 
+# The next command for a refused pair: the objective that trains an encoder on a dataset's modality.
+OBJECTIVE_OF_MODALITY = {"image": "ijepa", "audio": "audio-jepa", "video": "vjepa"}
+
+
 def check_modality_pair(dataset: str | Path, modality: str, objective: Any, run: str | Path | None = None) -> None:
     """InputError naming both sides when `objective`'s encoder (of `run`, when given) does not take
-    samples of `modality` (image, video, audio, latent), the modality of `dataset`. Every command
-    that hands a run's encoder a dataset (encode-latents, probe --run, fd --run, train --probe-data)
-    checks the pair here first: the encoder's transform would otherwise fail on the sample's key."""
+    samples of `modality` (image, video, audio, latent), the modality of `dataset`, and the commands
+    that make a matching pair: ingesting data of the encoder's modality, or training a run on the
+    dataset's. Every command that hands a run's encoder a dataset (encode-latents, probe --run, fd
+    --run, train --probe-data) checks the pair here first: the encoder's transform would otherwise
+    fail on the sample's key."""
     modalities = tuple(getattr(objective, "modalities", ("image",)))
     if modality not in modalities:
         name = getattr(objective, "name", "?")
         encoder = f"{run} (objective {name!r})" if run is not None else f"objective {name!r}"
-        raise InputError(f"{dataset} holds {modality} samples, but {encoder} encodes "
-                         f"{' or '.join(modalities)} samples: give it a dataset of that modality")
+        wanted = " or ".join(modalities)
+        hints = [f"{wanted} data ({ingest_command(wanted, getattr(objective, 'config', None))})"]
+        if modality in OBJECTIVE_OF_MODALITY:
+            hints.append(f"a run trained on {modality} data (jepa train --objective "
+                         f"{OBJECTIVE_OF_MODALITY[modality]} --data {dataset} --out RUN)")
+        raise InputError(f"{dataset} holds {modality} samples, but {encoder} encodes {wanted} samples: "
+                         f"give {', or '.join(hints)}")
+
+
+def ingest_command(modality: str, config: Any = None) -> str:
+    """`jepa ingest FOLDER OUT.zarr ...` for data of `modality`, with the clip shape an encoder of
+    objective config `config` was trained on (a video run's frames, an audio run's rate and length)."""
+    folder = {"image": "IMAGE_FOLDER", "audio": "AUDIO_FOLDER", "video": "VIDEO_FOLDER"}.get(modality, "FOLDER")
+    flags = {"video": (("--frames", "num_frames"),),
+             "audio": (("--sample-rate", "sample_rate"), ("--seconds", "seconds"))}.get(modality, ())
+    given = "".join(f" {flag} {getattr(config, key):g}" for flag, key in flags
+                    if isinstance(getattr(config, key, None), (int, float)))
+    return f"jepa ingest {folder} OUT.zarr{given}"
 
 
 def encoder_of(attrs: dict[str, Any], raw: bool = False) -> dict[str, Any] | None:
