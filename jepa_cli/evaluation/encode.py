@@ -163,8 +163,10 @@ def source_attributes(source: str | os.PathLike) -> dict[str, Any]:
     if attrs.get("jepa_kind", "dataset") != "dataset" or not (Path(source) / "inputs").exists():
         raise InputError(f"{source}: not a dataset (needs an 'inputs' array)")
     if attrs.get("modality") == "latent":
-        origin = (attrs.get("provenance") or {}).get("source") if isinstance(attrs.get("provenance"), dict) else None
-        made_from = f"the dataset it was encoded from, {origin}" if origin else "the image, audio or video dataset it was encoded from"
+        provenance = attrs.get("provenance")
+        origin = provenance.get("source") if isinstance(provenance, dict) else None
+        made_from = (f"the dataset it was encoded from, {origin}" if origin
+                     else "the image, audio or video dataset it was encoded from")
         raise InputError(f"{source}: is already a latent dataset (encode-latents' output): give {made_from}, or "
                          f"probe it as it is, without --run (jepa probe knn {source} TEST.zarr)")
     return attrs
