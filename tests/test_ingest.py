@@ -343,9 +343,9 @@ def saved(tmp_path: Path, image: Image.Image, suffix: str) -> Image.Image:
 
 
 def pixels(image: Image.Image, channels=None) -> list:
-    from jepa_cli.data.ingest import to_image
+    from jepa_cli.data.ingest import to_pixels
 
-    return to_image(image, None, channels, "x.png")[0, :, :].tolist()
+    return to_pixels(image, channels, "x.png")[0, :, :].tolist()
 
 
 def test_one_bit_images_become_0_and_255(tmp_path):
@@ -404,11 +404,11 @@ def test_float_images_in_0_1_are_scaled_by_255(tmp_path):
     (Image.new("LAB", (2, 1)), "Pillow mode LAB is not supported"),
 ])
 def test_pixels_without_a_known_range_are_refused_naming_the_file(image, problem):
-    from jepa_cli.data.ingest import to_image
+    from jepa_cli.data.ingest import to_pixels
     from jepa_cli.data.sources import BadSample
 
     with pytest.raises(BadSample, match=f"^x.png: {problem}"):
-        to_image(image, None, None, "x.png")
+        to_pixels(image, None, "x.png")
 
 
 @pytest.mark.parametrize("array, expected", [
@@ -500,9 +500,19 @@ def test_big_endian_16_bit_arrays_are_scaled_like_little_endian_ones(tmp_path, r
                                   "I;16", "I;16B", "I;16L", "I", "F"])
 @pytest.mark.parametrize("channels", [1, 3])
 def test_every_supported_mode_converts_to_the_requested_channels_and_size(mode, channels):
-    from jepa_cli.data.ingest import to_image
+    """A 5x4 black-and-white checkerboard at each mode's full scale (255, 65535, 1.0) reads back as 0
+    and 255 in every requested channel; resized to 3x2, it has that shape."""
+    from jepa_cli.data.ingest import fit, to_pixels
 
-    assert to_image(Image.new(mode, (5, 4)), (3, 2), channels, "x.png").shape == (3, 2, channels)
+    checker = np.indices((4, 5)).sum(0) % 2 * 255
+    if mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        image = Image.new(mode, (5, 4))
+        image.putdata((checker.ravel() // 255 * (1.0 if mode == "F" else 65535)).tolist())
+    else:
+        image = Image.fromarray(checker.astype(np.uint8)).convert("RGB").convert(mode)
+    pixels = to_pixels(image, channels, "x.png")
+    np.testing.assert_array_equal(pixels, np.repeat(checker[..., None], channels, axis=-1))
+    assert fit(pixels, (3, 2)).shape == (3, 2, channels)
 
 
 def test_builtin_digits_without_scikit_learn_names_the_extra(monkeypatch):

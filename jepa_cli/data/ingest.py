@@ -26,12 +26,6 @@ CHUNKS_IN_MEMORY, SAMPLES_IN_MEMORY = 8, 6
 INDEX_BYTES = 24  # per sample and per frame of a clip: an int64 index and two temporaries while it is computed
 
 
-def to_image(sample: Any, size: tuple[int, int] | None, channels: int | None, name: str) -> np.ndarray:
-    """One decoded sample as uint8 [H, W, C]: pixels scaled by their range, channels converted,
-    resized with a center crop to `size`. BadSample (naming `name`) if its pixels cannot convert."""
-    return fit(to_pixels(sample, channels, name), size)
-
-
 def to_pixels(sample: Any, channels: int | None, name: str) -> np.ndarray:
     """A PIL image or an array as uint8 [H, W, C] at its own size; C is `channels`, else 1 for
     gray modes and 3 for colour ones.
