@@ -44,15 +44,20 @@ def test_writes_the_mask_file(run_cli, tmp_path, args, context_shape, targets_sh
     assert described["kind"] == "masks" and described["context"]["shape"] == list(context_shape)
 
 
-def test_show_stats_and_json(run_cli):
+def test_show_stats_and_json(run_cli, tmp_path):
     result = run_cli("mask", *MB, "--show", "--stats", "--samples", "2")
     assert result.exit_code == 0, result.stderr
     assert "legend" in result.stdout and "target 4" in result.stdout and "sample 1" in result.stdout
     assert "context coverage" in result.stdout and "official batch-minimum cut" in result.stdout
-    result = run_cli("mask", *MB, "--stats", "--json")
+    result = run_cli("mask", *MB, "--stats", "--json", "-o", tmp_path / "m.zarr")
     stats = json.loads(result.stdout)["stats"]
-    assert np.asarray(stats["context_coverage"]).shape == (8, 8)
-    assert len(stats["target_tokens_per_row"]) == 4 and stats["context_tokens"]["max"] <= 40
+    _, context, targets = read_masks(tmp_path / "m.zarr")  # the figures are those of the masks written
+    np.testing.assert_allclose(stats["context_coverage"], context.mean(0).reshape(8, 8), atol=5e-5)
+    np.testing.assert_allclose(stats["any_target_coverage"], targets.any(1).mean(0).reshape(8, 8), atol=5e-5)
+    assert [row["mean"] for row in stats["target_tokens_per_row"]] == pytest.approx(targets.sum(-1).mean(0))
+    assert stats["context_tokens"] == {"mean": pytest.approx(context.sum(-1).mean()),
+                                       "min": context.sum(-1).min(), "max": context.sum(-1).max()}
+    assert stats["official_cut"] == [context.sum(-1).min()] and context.sum(-1).max() <= 40
     shown = run_cli("mask", *MB3D, "--show", "--json")  # with --json the drawing goes to stderr
     assert json.loads(shown.stdout)["frames"] == 2 and "pair 2" in shown.stderr
 
