@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models.mixer_pattern import MIXER_APPLIES, SCAN_ORDERS, parse_mixer
+from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS, MIXER_APPLIES, SCAN_ORDERS, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -76,6 +76,9 @@ class ModelConfig:
                                flag=True)
     remat: str = option("none", "Activation checkpointing per block: keep matmul outputs (dots) or only block "
                         "inputs (block).", flag=True, choices=REMAT_POLICIES)
+    attention_impl: str = option("xla", "Attention kernel: xla (einsums and a float32 softmax, the official maths) or "
+                                 "dot_product (jax.nn.dot_product_attention: cuDNN flash attention on a GPU).",
+                                 flag=True, choices=ATTENTION_IMPLS)
     # token mixers (models/mixer_pattern.py, models/s5.py); 'attn' is the ViT, unchanged
     # (one declaration for every objective: GenerativeConfig takes these three for the DiT, under the same flags)
     mixer: str = option("attn", "Token mixer per block: attn, s5 or a comma-separated PATTERN repeated over the "
@@ -92,6 +95,8 @@ class ModelConfig:
         check_field_types(self, "model")
         if self.remat not in REMAT_POLICIES:
             raise InputError(f"unknown remat {self.remat!r} (choose from {', '.join(REMAT_POLICIES)})")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise InputError(f"unknown attention_impl {self.attention_impl!r} (choose from {', '.join(ATTENTION_IMPLS)})")
         if self.model not in MODEL_SIZES:
             raise InputError(
                 f"unknown model size {self.model!r} (choose from {', '.join(MODEL_SIZES)})"
@@ -189,9 +194,9 @@ class ModelConfig:
         return DTYPES[self.dtype]
 
     def encoder(self, rngs) -> "VisionTransformer":
-        from jepa_cli.models.vit import VisionTransformer
+        from jepa_cli.models.vit import VisionTransformer, use_attention
 
-        return VisionTransformer(
+        return use_attention(VisionTransformer(
             image_size=_pair(self.image_size),
             patch_size=self.patch_size,
             channels=self.channels,
@@ -204,12 +209,12 @@ class ModelConfig:
             scan_layers=self.scan_layers,
             remat=self.remat,
             **self._mixer_kwargs(self.encoder_mixers),
-        )
+        ), self.attention_impl)
 
     def predictor(self, rngs) -> "VisionTransformerPredictor":
-        from jepa_cli.models.vit import VisionTransformerPredictor
+        from jepa_cli.models.vit import VisionTransformerPredictor, use_attention
 
-        return VisionTransformerPredictor(
+        return use_attention(VisionTransformerPredictor(
             grid=self.grid,
             embed_dim=self.embed_dim,
             width=self.pred_width,
@@ -221,7 +226,7 @@ class ModelConfig:
             scan_layers=self.scan_layers,
             remat=self.remat,
             **self._mixer_kwargs(self.predictor_mixers),
-        )
+        ), self.attention_impl)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,22 +253,22 @@ class VideoModelConfig(ModelConfig):
         return d * h * w
 
     def encoder(self, rngs) -> "VisionTransformer":
-        from jepa_cli.models.vit import VisionTransformer
+        from jepa_cli.models.vit import VisionTransformer, use_attention
 
-        return VisionTransformer(
+        return use_attention(VisionTransformer(
             image_size=_pair(self.image_size), patch_size=self.patch_size, channels=self.channels,
             width=self.embed_dim, depth=self.encoder_depth, heads=self.num_heads,
             mlp_ratio=self.encoder_mlp_ratio, dtype=self.compute_dtype, rngs=rngs,
             num_frames=self.num_frames, tubelet_size=self.tubelet_size, scan_layers=self.scan_layers,
             remat=self.remat, **self._mixer_kwargs(self.encoder_mixers),
-        )
+        ), self.attention_impl)
 
     def predictor(self, rngs, num_mask_tokens: int = 2) -> "VisionTransformerPredictor":
-        from jepa_cli.models.vit import VisionTransformerPredictor
+        from jepa_cli.models.vit import VisionTransformerPredictor, use_attention
 
-        return VisionTransformerPredictor(
+        return use_attention(VisionTransformerPredictor(
             grid=self.grid3d, embed_dim=self.embed_dim, width=self.pred_width, depth=self.pred_depth,
             heads=self.predictor_heads, mlp_ratio=4.0, dtype=self.compute_dtype, rngs=rngs,
             num_mask_tokens=num_mask_tokens, scan_layers=self.scan_layers, remat=self.remat,
             **self._mixer_kwargs(self.predictor_mixers),
-        )
+        ), self.attention_impl)
