@@ -320,20 +320,3 @@ def test_validation_over_grids(H, W, npred, min_keep):
     assert min(h * w for h, w in multiblock_target_sizes(config)) >= 1
     assert min(h * w for h, w in multiblock_context_sizes(config)) > min_keep
     assert M.target_slots(config) >= max(h * w for h, w in multiblock_target_sizes(config))
-
-
-def test_a_model_grid_too_small_for_the_masks_names_the_image_and_patch_sizes_and_a_patch_size_that_fits():
-    from jepa_cli.objectives.ijepa_config import IJEPAConfig
-
-    with pytest.raises(InputError) as refused:
-        IJEPAConfig(image_size=32, patch_size=16).mask_config  # noqa: B018 - the property validates
-    assert str(refused.value) == (
-        "32x32 images in 16x16 patches (--patch-size 16) make a 2x2 token grid, too small for the masks "
-        "(cannot hold the target blocks: a block at --pred-scale 0.15,0.2 can be empty); a smaller patch "
-        "gives a larger grid: --patch-size 4 makes 8x8")
-
-
-def test_a_mask_error_no_patch_size_can_fix_is_left_as_it_is():
-    config = M.MultiBlockConfig(grid=(2, 2), pred_scale=(0.15, 0.2), min_keep=100)
-    with pytest.raises(InputError, match=r"^--grid 2x2 cannot hold the target blocks"):
-        M.validate_patch_grid(config, 1)

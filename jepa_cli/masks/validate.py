@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any, Callable
 
 from jepa_cli.errors import InputError
 from jepa_cli.masks.config import (MAX_BLOCKS, MAX_MASK_CELLS, MAX_PATCHES, MaskConfig, MultiBlock3DConfig,
                                    MultiBlockConfig, RandomConfig)
 from jepa_cli.masks.sizes import (multiblock3d_sizes, multiblock_context_sizes, multiblock_target_sizes,
                                   num_contexts, num_targets)
+
+
+class GridError(InputError):
+    """A mask config whose token grid cannot hold its masks. `reason` says why without naming the grid
+    (a phrase that follows "the grid ..."), so that an objective, which derives the grid from its
+    model's options, can name those options instead (validate_token_grid)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
 
 def validate(config: MaskConfig) -> MaskConfig:
     """Raises InputError (one line) when `config` cannot be sampled; returns it otherwise."""
@@ -31,19 +43,19 @@ def validate(config: MaskConfig) -> MaskConfig:
         if config.min_keep < 0:
             raise InputError(f"--min-keep must be >= 0, got {config.min_keep}")
         if H < 2 or W < 2:
-            raise InputError(f"--grid {H}x{W}: multiblock needs at least 2x2 (blocks stay below the grid size)")
+            raise GridError(f"--grid {H}x{W}: multiblock needs at least 2x2 (blocks stay below the grid size)",
+                            "is below multiblock's 2x2 (blocks stay below the grid size)")
         # min_keep bounds the context (the official resampling loop); a target block only has to be
         # non-empty (the official loop would spin forever on a target block <= min_keep: we keep it)
         smallest_target = min(h * w for h, w in multiblock_target_sizes(config))
         if smallest_target < 1:
-            raise InputError(
-                f"--grid {H}x{W} cannot hold the target blocks: a block at --pred-scale {_fmt(config.pred_scale)} "
-                "can be empty")
+            reason = f"cannot hold the target blocks: a block at --pred-scale {_fmt(config.pred_scale)} can be empty"
+            raise GridError(f"--grid {H}x{W} {reason}", reason)
         smallest_context = min(h * w for h, w in multiblock_context_sizes(config))
         if smallest_context <= config.min_keep:
-            raise InputError(
-                f"--grid {H}x{W} cannot hold the context block: a block at --enc-scale {_fmt(config.enc_scale)} "
-                f"can have {smallest_context} patches, not more than --min-keep {config.min_keep}")
+            reason = (f"cannot hold the context block: a block at --enc-scale {_fmt(config.enc_scale)} can have "
+                      f"{smallest_context} patches, not more than --min-keep {config.min_keep}")
+            raise GridError(f"--grid {H}x{W} {reason}", reason)
     elif isinstance(config, MultiBlock3DConfig):
         P = config.pairs
         if P < 1 or any(n < 1 for n in config.npred):
@@ -63,47 +75,79 @@ def validate(config: MaskConfig) -> MaskConfig:
         for p in range(P):
             ts, hws = multiblock3d_sizes(config, p)
             if min(h * w for h, w in hws) < 1:
-                raise InputError(f"--grid {H}x{W} is too small for --pred-scale {_fmt(config.pred_scale[p])}: "
-                                 "a block can be empty")
+                raise GridError(f"--grid {H}x{W} is too small for --pred-scale {_fmt(config.pred_scale[p])}: "
+                                "a block can be empty", f"cannot hold the target blocks of mask pair {p + 1}: a "
+                                f"block at --pred-scale {_fmt(config.pred_scale[p])} can be empty")
             if min(ts) >= config.frames and min(hws) == (H, W) and all(hw == (H, W) for hw in hws):
-                raise InputError(f"mask pair {p + 1}: every block covers the whole {config.frames}x{H}x{W} grid, "
-                                 "so the context is always empty")
+                raise GridError(f"mask pair {p + 1}: every block covers the whole {config.frames}x{H}x{W} grid, "
+                                "so the context is always empty", f"leaves mask pair {p + 1} no context: every "
+                                "block covers the whole grid")
     elif isinstance(config, RandomConfig):
         _check_range("--ratio", config.ratio)
         n = config.num_patches
-        if int(n * (1 - config.ratio[1])) < 1:
-            raise InputError(f"--grid {H}x{W} with --ratio {_fmt(config.ratio)} can leave an empty context")
-        if int(n * (1 - config.ratio[0])) >= n:
-            raise InputError(f"--grid {H}x{W} with --ratio {_fmt(config.ratio)} can leave an empty target set")
+        for empty, fails in (("context", int(n * (1 - config.ratio[1])) < 1),
+                             ("target set", int(n * (1 - config.ratio[0])) >= n)):
+            if fails:
+                raise GridError(f"--grid {H}x{W} with --ratio {_fmt(config.ratio)} can leave an empty {empty}",
+                                f"can leave an empty {empty} at --ratio {_fmt(config.ratio)}")
     return config
 
 
-def validate_patch_grid(config: MaskConfig, patch_size: int) -> MaskConfig:
-    """validate(config) for a grid of `patch_size`-pixel square patches that tile the images exactly
-    (images of grid x patch_size pixels).
+def validate_token_grid(make: Callable[[tuple[int, ...]], MaskConfig], config: Any, extent: tuple[int, ...],
+                        patch: tuple[int, ...], noun: str, settings: tuple[str, ...]) -> MaskConfig:
+    """make(grid), the validated mask config on the token grid of `extent` // `patch` tokens per axis
+    (`extent`: the input's size per axis, such as (32, 32) pixels, (16, 32, 32) frames and pixels or
+    (256, 128) spectrogram frames and mel bins; `patch`: one patch's, in the same order).
 
     An objective derives the grid from its model, so a user who never gave --grid learns from the
-    error what made it too small (the image and patch sizes) and the largest smaller --patch-size
-    that divides the images and gives a grid the masks fit."""
+    error the options that made it: `settings`, the fields of the objective config `config` that set
+    `extent` and `patch`, each named as the user sets it (its `jepa train` flag, else its recipe key);
+    and, when the last two axes' patches are `config.patch_size` squares, the largest smaller
+    --patch-size that divides the input and gives a grid the masks fit."""
+    grid = tuple(e // p for e, p in zip(extent, patch))
     try:
-        return validate(config)
-    except InputError as error:
-        H, W = config.grid
-        h, w = H * patch_size, W * patch_size
-        q = next((q for q in range(patch_size - 1, 0, -1) if h % q == 0 and w % q == 0
-                  and _fits(dataclasses.replace(config, grid=(h // q, w // q)))), None)
-        if q is None:
-            raise
-        reason = str(error).removeprefix(f"--grid {H}x{W}").lstrip(": ").removeprefix("is ")
-        raise InputError(f"{h}x{w} images in {patch_size}x{patch_size} patches (--patch-size {patch_size}) make "
-                         f"a {H}x{W} token grid, too small for the masks ({reason}); a smaller patch gives a "
-                         f"larger grid: --patch-size {q} makes {h // q}x{w // q}") from None
+        return make(grid)
+    except GridError as error:
+        named = ", ".join(filter(None, (_setting(config, name) for name in settings)))
+        message = (f"{_dims(extent)} {noun} in {_dims(patch)} patches ({named}) make {_article(grid)} "
+                   f"{_dims(grid)} token grid, which {error.reason}")
+        size = getattr(config, "patch_size", None)
+        if isinstance(size, int) and "patch_size" in settings and tuple(patch[-2:]) == (size, size):
+            h, w = extent[-2:]
+            q = next((q for q in range(size - 1, 0, -1) if h % q == 0 and w % q == 0
+                      and _fits(make, grid[:-2] + (h // q, w // q))), None)
+            if q is not None:
+                message += (f"; a smaller patch gives a larger grid: --patch-size {q} makes "
+                            f"{_dims(grid[:-2] + (h // q, w // q))}")
+        raise InputError(message) from None
 
 
-def _fits(config: MaskConfig) -> bool:
-    """Whether validate(config) passes."""
+def _dims(values: tuple[int, ...]) -> str:
+    return "x".join(map(str, values))
+
+
+def _article(grid: tuple[int, ...]) -> str:
+    """'an' before a size read aloud with a vowel sound (8x8, 11x11, 18x4), else 'a'."""
+    first = str(grid[0])
+    return "an" if first.startswith("8") or first in ("11", "18") else "a"
+
+
+def _setting(config: Any, name: str) -> str | None:
+    """`--patch-size 16` for a `jepa train` flag, `num_frames = 16` for a recipe key; None when unset."""
+    value = getattr(config, name, None)
+    if value is None:
+        return None
+    field = next((f for f in dataclasses.fields(config) if f.name == name), None)
+    text = _dims(value) if isinstance(value, (tuple, list)) else str(value)
+    if field is not None and field.metadata.get("flag"):
+        return f"--{name.replace('_', '-')} {text}"
+    return f"{name} = {text}"
+
+
+def _fits(make: Callable[[tuple[int, ...]], MaskConfig], grid: tuple[int, ...]) -> bool:
+    """Whether make(grid) passes its validation."""
     try:
-        validate(config)
+        make(grid)
     except InputError:
         return False
     return True
@@ -122,8 +166,9 @@ def _check_size(config: MaskConfig) -> None:
         raise InputError(f"--frames must be at least 1, got {config.frames}")
     n = config.num_patches
     if n > MAX_PATCHES:
-        raise InputError(f"{_grid_text(config)} has {n} patches, over the limit of {MAX_PATCHES} per sample "
-                         "(the time and memory of sampling grow with the grid; docs/masks.md, \"Limits\")")
+        reason = (f"has {n} patches, over the limit of {MAX_PATCHES} per sample (the time and memory of sampling "
+                  "grow with the grid; docs/masks.md, \"Limits\")")
+        raise GridError(f"{_grid_text(config)} {reason}", reason)
     if config.context_size is not None and not 1 <= config.context_size <= n:
         raise InputError(f"--context-size {config.context_size} must lie in 1..{n}, the patches of "
                          f"{_grid_text(config)}")

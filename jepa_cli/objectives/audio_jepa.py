@@ -182,7 +182,11 @@ class AudioJEPAConfig:
 
     @property
     def mask_config(self) -> RandomConfig:
-        return RandomConfig(grid=self.model_config.grid, ratio=self.ratio)
+        from jepa_cli.masks.validate import validate, validate_token_grid
+
+        return validate_token_grid(lambda grid: validate(RandomConfig(grid=grid, ratio=self.ratio)), self,
+                                   (self.frames, self.mel_bins), self.patch_shape, "spectrograms",
+                                   ("frames", "mel_bins", "patch_size", "patch_frames", "patch_mels"))
 
     @classmethod
     def from_dict(cls, config: dict) -> "AudioJEPAConfig":

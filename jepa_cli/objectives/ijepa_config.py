@@ -170,11 +170,13 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
 
     @property
     def mask_config(self):
-        from jepa_cli.masks import MultiBlockConfig, validate_patch_grid
+        from jepa_cli.masks import MultiBlockConfig
+        from jepa_cli.masks.validate import validate, validate_token_grid
 
-        model = self.model_config
-        config = MultiBlockConfig(grid=model.grid, **dict(self.mask_options))
-        return validate_patch_grid(config, model.patch_size)
+        model, p = self.model_config, self.model_config.patch_size
+        return validate_token_grid(lambda grid: validate(MultiBlockConfig(grid=grid, **dict(self.mask_options))),
+                                   self, tuple(g * p for g in model.grid), (p, p), "images",
+                                   ("image_size", "patch_size"))
 
     owner: ClassVar[str] = "ijepa"
     mask_strategy: ClassVar[str] = "multiblock"

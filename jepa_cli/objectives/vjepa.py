@@ -67,10 +67,14 @@ class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
 
     @property
     def mask_config(self):
-        from jepa_cli.masks import config_from_options
+        from jepa_cli.masks import config_from_options, validate_token_grid
 
         frames, rows, cols = self.grid3d
-        return config_from_options("multiblock3d", grid=(rows, cols), frames=frames, **dict(self.mask_options))
+        t, p = self.tubelet_size, self.patch_size
+        return validate_token_grid(
+            lambda grid: config_from_options("multiblock3d", grid=grid[1:], frames=grid[0], **dict(self.mask_options)),
+            self, (frames * t, rows * p, cols * p), (t, p, p), "clips",
+            ("num_frames", "tubelet_size", "image_size", "patch_size"))
 
     owner: ClassVar[str] = "vjepa"
     mask_strategy: ClassVar[str] = "multiblock3d"
