@@ -177,8 +177,6 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         if labels is not None:
             store.write_array(tmp / "labels", labels.astype(np.int32))
         store.write_group(tmp, attrs)
-        if png is not None:
-            write_grid(png, samples, labels, force, names=attrs["class_names"] or None)
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed
         resumable.finish(tmp)
         try:
@@ -186,6 +184,8 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         except InputError:  # the place was taken: the finished samples, no longer resumable, go
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    if png is not None:  # after the commit: a stopped command leaves no picture without its dataset
+        write_grid(png, store.open_array(output / "inputs"), labels, force, names=attrs["class_names"] or None)
     out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape),
            "samples_resumed": resumed,
            "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
