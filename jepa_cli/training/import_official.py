@@ -1,19 +1,28 @@
-"""A published I-JEPA checkpoint (facebookresearch/ijepa, `torch.save` of a dict with `encoder`,
-`predictor`, `target_encoder`, `opt`, `epoch`, ...) -> a run directory like the ones `jepa train`
-writes, so `encode-latents`, `probe`, `ema-inspect` and `train --resume` read it like any other run.
+"""A published JEPA checkpoint -> a run directory like the ones `jepa train` writes, so
+`encode-latents`, `probe`, `ema-inspect` and `train --resume` read it like any other run.
+
+Three official layouts (the family is told by the file: `detect_family`):
+- ``ijepa``: facebookresearch/ijepa's `torch.save` of a dict with `encoder`, `predictor`,
+  `target_encoder`, `opt`, `epoch`, ... (a Conv2d patch embedding); the model is given by options.
+- ``vjepa``: facebookresearch/jepa's, the same keys (a Conv3d tubelet embedding, `backbone.` names
+  of MultiMaskWrapper); the model is read from the shapes: ViT-L/16 and ViT-H/16 at 224 px and
+  ViT-H/16 at 384 px are the releases, any other size needs its heads given.
+- ``audio-jepa``: LudovicTuncay/Audio-JEPA's PyTorch Lightning checkpoint, a `state_dict` of
+  `encoder.`, `target_encoder.` and `predictor.` names (its hyper-parameters pickle other classes:
+  they are kept inert, never run); the model is read from the shapes (ViT-B/16 the release).
 
 What is imported: the context encoder and the predictor as the run's params, the target encoder as
-its EMA, the step `epoch x ipe` (the official checkpoints store epochs; `ipe` is the iterations per
-epoch of the official run, 625 for in1k_vith14: 1,281,167 images // batch 2048). What is not: the
-optimizer's moments (AdamW starts from zero on `--resume`) and the data position (a resumed run
-starts its data from the beginning). run.json records the source file's name and SHA-256; the
-checkpoint's digest (training/checkpoint.py) is checked against its files before the run is moved
-into place.
+its EMA, the step (`epoch x ipe` for the official dicts, which store epochs; Lightning's
+`global_step`). What is not: the optimizer's moments (AdamW starts from zero on `--resume`) and the
+data position (a resumed run starts its data from the beginning). run.json records the source
+file's name and SHA-256; the checkpoint's digest (training/checkpoint.py) is checked against its
+files before the run is moved into place. Shapes are checked before any tensor's bytes are read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -24,36 +33,143 @@ from jepa_cli.errors import InputError
 IN1K_IPE = 625  # in1k_vith14_ep300.yaml: 1,281,167 images // (16 GPUs x batch 128)
 IN1K_EPOCHS = 300  # in1k_vith14_ep300.yaml: optimization.epochs
 MAX_STEP = 2**31 - 1  # TrainState.step is int32
+PARTS = ("encoder", "predictor", "target_encoder")
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How one official codebase's checkpoints import: the objective, the recipe whose trainer
+    values a resumed run takes (None: the trainer's defaults), and the official run's length."""
+
+    objective: str
+    title: str  # as the user knows it
+    format: str  # what run.json records
+    recipe: str | None
+    ipe: int | None  # iterations per epoch of the official run (None: from the checkpoint)
+    epochs: int
+    batch_size: int
+
+
+FAMILIES = {
+    "ijepa": Family("ijepa", "I-JEPA", "facebookresearch/ijepa checkpoint (torch.save)", None, IN1K_IPE, IN1K_EPOCHS,
+                    2048),  # in1k_vith14: 16 GPUs x 128
+    # configs/pretrain/vitl16.yaml, vith16.yaml: optimization.ipe 300, epochs 300, 24 x 128 GPUs
+    "vjepa": Family("vjepa", "V-JEPA", "facebookresearch/jepa checkpoint (torch.save)", "builtin:vjepa-vitl16", 300,
+                    300, 3072),
+    # configs/trainer max_epochs 50 (recipe audio-jepa-as2m); the batch is not in the released configs
+    "audio-jepa": Family("audio-jepa", "Audio-JEPA", "LudovicTuncay/Audio-JEPA Lightning checkpoint",
+                         "builtin:audio-jepa-as2m", None, 50, 256),
+}
+
+# (width, depth) -> (our size name, heads) of the released encoders
+VJEPA_RELEASES = {(1024, 24): ("large", 16), (1280, 32): ("huge", 16)}  # vit_large, vit_huge
+VJEPA_FRAMES, VJEPA_TUBELET, VJEPA_PATCH = 16, 2, 16  # data.num_frames, tubelet_size, patch_size
+VJEPA_IMAGE_SIZES = (224, 384)  # vitl16 / vith16 crop_size 224, vith16_384 crop_size 384
+AUDIO_RELEASES = {(768, 12): ("base", 12)}  # configs/model/jepa.yaml encoder 768 / 12 / 12
+AUDIO_MEL_BINS = 128  # Audio-JEPA: 128 mel bins
 
 
 @dataclasses.dataclass(frozen=True)
 class ImportOptions:
-    """The model the checkpoint holds (as `jepa train --objective ijepa` options) and the official
-    run's length (for the step and the schedules of a resumed run)."""
+    """What the checkpoint does not say. `objective_config`: for ijepa the model (as `jepa train
+    --objective ijepa` options); for vjepa and audio-jepa options that override or complete what the
+    shapes tell (heads, pred_heads, num_frames, mel_bins). The official run's length (for the step and
+    the schedules of a resumed run): None is the family's."""
 
-    objective_config: dict[str, Any]  # model, patch_size, image_size, pred_depth, pred_width, ...
-    ipe: int = IN1K_IPE
-    epochs: int = IN1K_EPOCHS
-    batch_size: int = 2048  # in1k_vith14: 16 GPUs x 128
+    objective_config: dict[str, Any]
+    ipe: int | None = None
+    epochs: int | None = None
+    batch_size: int | None = None
     seed: int = 0
 
 
-def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.ndarray]]:
-    """{'encoder', 'predictor', 'target_encoder'} state dicts of a loaded official checkpoint; an
-    InputError naming the tensor for one that holds NaN or inf (a diverged run's weights)."""
+def _is_tensor(value: Any) -> bool:
+    from jepa_cli.models.torch_checkpoint import TensorRef
+
+    return isinstance(value, (np.ndarray, TensorRef))
+
+
+def _state_dict(part: Any) -> bool:
+    return isinstance(part, Mapping) and all(isinstance(k, str) and _is_tensor(v) for k, v in part.items())
+
+
+def _lightning_parts(checkpoint: Mapping) -> dict[str, dict[str, Any]] | None:
+    """{'encoder', 'predictor', 'target_encoder'} of a Lightning `state_dict` (names without the
+    module attribute), or None when the checkpoint is not one."""
+    state = checkpoint.get("state_dict")
+    if not isinstance(state, Mapping):
+        return None
+    parts: dict[str, dict[str, Any]] = {p: {} for p in PARTS}
+    for name, value in state.items():
+        if isinstance(name, str):
+            head, _, rest = name.partition(".")
+            if head in parts:
+                parts[head][rest] = value
+    return parts if any(parts.values()) else None
+
+
+def detect_family(checkpoint: Any, source: Path) -> str:
+    """'ijepa', 'vjepa' or 'audio-jepa' from a checkpoint's structure (shapes only): a Lightning
+    state_dict is Audio-JEPA's; an official dict with a 5-D (Conv3d) patch embedding V-JEPA's, a 4-D
+    one I-JEPA's. InputError for anything else."""
     if not isinstance(checkpoint, Mapping):
-        raise InputError(f"{source}: holds a {type(checkpoint).__name__}, not the dict of an I-JEPA checkpoint")
-    missing = [k for k in ("encoder", "predictor", "target_encoder") if k not in checkpoint]
+        raise InputError(f"{source}: holds a {type(checkpoint).__name__}, not the dict of a JEPA checkpoint")
+    if "state_dict" in checkpoint and not any(k in checkpoint for k in PARTS):
+        if _lightning_parts(checkpoint) is None:
+            raise InputError(f"{source}: a Lightning checkpoint, but its state_dict has no encoder., predictor. or "
+                             "target_encoder. parameters (not an Audio-JEPA checkpoint)")
+        return "audio-jepa"
+    missing = [k for k in PARTS if k not in checkpoint]
     if missing:
-        raise InputError(f"{source}: not an I-JEPA checkpoint (no {', '.join(missing)}; it has "
-                         f"{', '.join(sorted(map(str, checkpoint))) or 'nothing'})")
-    parts = {}
-    for key in ("encoder", "predictor", "target_encoder"):
-        part = checkpoint[key]
-        if not (isinstance(part, Mapping) and all(isinstance(k, str) and isinstance(v, np.ndarray)
-                                                  for k, v in part.items())):
+        raise InputError(f"{source}: not an I-JEPA, V-JEPA or Audio-JEPA checkpoint (no {', '.join(missing)}; it has "
+                         f"{', '.join(sorted(map(str, checkpoint)))[:200] or 'nothing'})")
+    encoder = checkpoint["encoder"]
+    if isinstance(encoder, Mapping):
+        from jepa_cli.models.convert import strip_wrappers
+
+        for name, value in encoder.items():
+            if isinstance(name, str) and strip_wrappers(name) == "patch_embed.proj.weight" and _is_tensor(value):
+                if len(value.shape) == 5:
+                    return "vjepa"
+                if len(value.shape) == 4:
+                    return "ijepa"
+    raise InputError(f"{source}: its encoder has no 4-D (image) or 5-D (video) patch_embed.proj.weight: not an "
+                     "I-JEPA or V-JEPA encoder")
+
+
+def official_parts(checkpoint: Any, source: Path, family: str = "ijepa") -> dict[str, Mapping[str, Any]]:
+    """{'encoder', 'predictor', 'target_encoder'} state dicts (names without wrapper prefixes) of a
+    loaded checkpoint of `family`, their tensors NumPy arrays or TensorRefs (shapes)."""
+    from jepa_cli.models.convert import strip_wrappers
+
+    title = FAMILIES[family].title
+    if family == "audio-jepa":
+        parts = _lightning_parts(checkpoint) if isinstance(checkpoint, Mapping) else None
+        if parts is None:
+            raise InputError(f"{source}: not an Audio-JEPA Lightning checkpoint (no state_dict of encoder., "
+                             "predictor. and target_encoder. parameters)")
+        missing = [k for k in PARTS if not parts[k]]
+        if missing:
+            raise InputError(f"{source}: its state_dict has no {', '.join(k + '.' for k in missing)} parameters "
+                             "(an Audio-JEPA checkpoint has encoder, predictor and target_encoder)")
+    else:
+        if not isinstance(checkpoint, Mapping):
+            raise InputError(f"{source}: holds a {type(checkpoint).__name__}, not the dict of an {title} checkpoint")
+        missing = [k for k in PARTS if k not in checkpoint]
+        if missing:
+            raise InputError(f"{source}: not an {title} checkpoint (no {', '.join(missing)}; it has "
+                             f"{', '.join(sorted(map(str, checkpoint)))[:200] or 'nothing'})")
+        parts = {k: checkpoint[k] for k in PARTS}
+    out = {}
+    for key, part in parts.items():
+        if not _state_dict(part):
             raise InputError(f"{source}: {key} is not a state dict of tensors (names to tensors)")
-        parts[key] = part
+        out[key] = {strip_wrappers(name): value for name, value in part.items()}
+    return out
+
+
+def check_finite(parts: Mapping[str, Mapping[str, np.ndarray]], source: Path) -> None:
+    """InputError naming the tensor for one that holds NaN or inf (a diverged run's weights)."""
     from jepa_cli.models.vit import first_non_finite
 
     for key, part in parts.items():
@@ -62,7 +178,100 @@ def official_parts(checkpoint: Any, source: Path) -> dict[str, Mapping[str, np.n
             path, bad, size = found
             raise InputError(f"{source}: {key} tensor {path[0].key} holds {bad} non-finite value(s) (NaN or inf) "
                              f"of {size}; a run needs finite weights")
-    return parts
+
+
+def _shape(part: Mapping[str, Any], name: str, source: Path, what: str, ndim: int | None = None) -> tuple[int, ...]:
+    value = part.get(name)
+    if value is None:
+        raise InputError(f"{source}: the {what} has no {name}")
+    shape = tuple(int(n) for n in value.shape)
+    if ndim is not None and len(shape) != ndim:
+        raise InputError(f"{source}: the {what}'s {name} is {list(shape)}, not {ndim}-D")
+    return shape
+
+
+def _depth(part: Mapping[str, Any], prefix: str) -> int:
+    """How many blocks `prefix{i}.` the state dict numbers (0..n-1 expected; gaps fail the shape check)."""
+    found = {int(name[len(prefix):].split(".")[0]) for name in part
+             if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
+    return max(found) + 1 if found else 0
+
+
+def _heads(releases: dict, width: int, depth: int, given: dict, title: str, source: Path) -> dict[str, Any]:
+    """The size fields of a released (width, depth), or of another one whose heads are given."""
+    if (width, depth) in releases and given.get("heads") in (None, releases[(width, depth)][1]):
+        name, heads = releases[(width, depth)]
+        return {"model": name, "width": None, "depth": None, "heads": None}
+    if given.get("heads") is None:
+        known = ", ".join(f"{d} blocks of width {w}" for w, d in releases)
+        raise InputError(f"{source}: an encoder of {depth} blocks of width {width} is not a released {title} size "
+                         f"({known}); give --heads (and --pred-heads) to import it as another size")
+    return {"model": "tiny", "width": width, "depth": depth, "heads": given["heads"]}
+
+
+def infer_vjepa_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
+                       given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The VJEPAConfig model fields of a V-JEPA checkpoint, from its shapes alone: width, channels,
+    tubelet and patch from the Conv3d weight [D, C, t, p, p]; depth and predictor depth from the
+    block numbers; the predictor width from predictor_embed [W, D]; the grid from pos_embed [1, N, D]
+    with `num_frames` (16, as every release, unless given) and a square crop. `given` (heads,
+    pred_heads, num_frames, image_size) completes what shapes cannot tell."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    enc, pred = parts["encoder"], parts["predictor"]
+    width, channels, tubelet, patch, patch_w = _shape(enc, "patch_embed.proj.weight", source, "encoder", 5)
+    if patch != patch_w:
+        raise InputError(f"{source}: patches of {patch}x{patch_w} pixels; the ViT here takes square patches")
+    depth = _depth(enc, "blocks.")
+    fields = _heads(VJEPA_RELEASES, width, depth, given, "V-JEPA", source)
+    n = _shape(enc, "pos_embed", source, "encoder")[-2] if "pos_embed" in enc else None
+    frames = int(given.get("num_frames", VJEPA_FRAMES))
+    if "image_size" in given:
+        image = int(given["image_size"])
+    elif n is None:
+        raise InputError(f"{source}: the encoder has no pos_embed to tell the crop size from; give --image-size")
+    else:
+        side = math.isqrt(n // max(frames // tubelet, 1)) if frames >= tubelet else 0
+        if frames % tubelet or side * side * (frames // tubelet) != n:
+            raise InputError(f"{source}: {n} position embeddings are not {frames} frames (in tubelets of {tubelet}) of "
+                             "a square grid; give --num-frames (and --image-size)")
+        image = side * patch
+    if fields["model"] != "tiny" and (patch, tubelet, frames, image) not in {
+            (VJEPA_PATCH, VJEPA_TUBELET, VJEPA_FRAMES, s) for s in VJEPA_IMAGE_SIZES}:
+        raise InputError(f"{source}: a {fields['model']} encoder with patch {patch}, tubelet {tubelet}, {frames} frames "
+                         f"at {image} px is not a V-JEPA release (ViT-L/16, ViT-H/16 at 224 px, ViT-H/16 at 384 px); "
+                         "give --heads to import it as another size")
+    pred_width, _ = _shape(pred, "predictor_embed.weight", source, "predictor", 2)
+    config = {**fields, "patch_size": patch, "image_size": image, "num_frames": frames, "tubelet_size": tubelet,
+              "channels": channels, "pred_width": pred_width, "pred_depth": _depth(pred, "predictor_blocks."),
+              "pred_heads": given.get("pred_heads")}
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def infer_audio_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
+                       given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The AudioJEPAConfig model fields of an Audio-JEPA checkpoint, from its shapes alone: width and
+    patch from the Conv2d weight [D, 1, p, p] (square patches), depths from the block numbers, the
+    predictor width from predictor_embed [W, D], and the spectrogram's frames from pos_embed [1, N, D]
+    with `mel_bins` (128 unless given). `given` (heads, pred_heads, mel_bins) completes them."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    enc, pred = parts["encoder"], parts["predictor"]
+    width, channels, pt, pf = _shape(enc, "patch_embed.proj.weight", source, "encoder", 4)
+    if channels != 1:
+        raise InputError(f"{source}: a patch embedding of {channels} input channels; Audio-JEPA reads one-channel "
+                         "spectrograms (an image model? try --objective ijepa)")
+    if pt != pf:
+        raise InputError(f"{source}: patches of {pt} frames x {pf} mel bins; the import takes square patches only")
+    depth = _depth(enc, "blocks.")
+    fields = _heads(AUDIO_RELEASES, width, depth, given, "Audio-JEPA", source)
+    mel = int(given.get("mel_bins", AUDIO_MEL_BINS))
+    n = _shape(enc, "pos_embed", source, "encoder")[-2]
+    if mel % pt or n % (mel // pt):
+        raise InputError(f"{source}: {n} position embeddings are not a grid of {mel} mel bins in patches of {pt}; "
+                         "give --mel-bins")
+    pred_width, _ = _shape(pred, "predictor_embed.weight", source, "predictor", 2)
+    config = {**fields, "patch_size": pt, "mel_bins": mel, "frames": n // (mel // pt) * pt, "pred_width": pred_width,
+              "pred_depth": _depth(pred, "predictor_blocks."), "pred_heads": given.get("pred_heads")}
+    return {k: v for k, v in config.items() if v is not None}
 
 
 def _check_shapes(ours: Any, want: Any, source: Path, what: str) -> None:
@@ -94,48 +303,99 @@ def _check_written(step_dir: Path, out: str | Path) -> None:
         raise JepaError(f"{out}: the imported checkpoint does not read back as written ({problem}); nothing written")
 
 
-def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
-                 log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Writes RUN `out` (atomically: all of it or nothing) from the official checkpoint `source`.
-    Returns a summary: the run, its step, the epoch, the source's SHA-256, parameter counts."""
+def _step(checkpoint: Mapping, family: Family, options: ImportOptions, source: Path) -> tuple[int, int, int]:
+    """(step, epoch, ipe): Lightning's global_step, or the official dicts' epoch x ipe."""
+    epoch = checkpoint.get("epoch", 0)
+    if type(epoch) is not int or epoch < 0:  # a bool is an int to Python, not a count
+        raise InputError(f"{source}: its epoch is {str(epoch)[:40]}, not a count of epochs")
+    if family.objective == "audio-jepa":
+        step = checkpoint.get("global_step", 0)
+        if type(step) is not int or step < 0:
+            raise InputError(f"{source}: its global_step is {str(step)[:40]}, not a count of updates")
+        if step > MAX_STEP:
+            raise InputError(f"{source}: its global_step {step} is past the last step a run can hold ({MAX_STEP:,})")
+        # the updates per epoch the checkpoint itself shows, unless given
+        ipe = options.ipe or max(1, step // epoch if epoch else step)
+        return step, epoch, ipe
+    ipe = options.ipe or family.ipe
+    if epoch * ipe > MAX_STEP:
+        raise InputError(f"{source}: its epoch {str(epoch)[:40]} x --ipe {ipe} is past the last step a run "
+                         f"can hold ({MAX_STEP:,}, the int32 step counter)")
+    return epoch * ipe, epoch, ipe
+
+
+def _train_config(family: Family, options: ImportOptions, ipe: int, out: str | Path) -> tuple[Any, dict, dict]:
+    """(TrainConfig, lengths, the recipe's objective table): the family's recipe (V-JEPA's vitl16, the
+    Audio-JEPA AS-2M one) with the official run's length, or for I-JEPA the trainer's defaults."""
+    from jepa_cli.training.config import build_config, load_toml, merge, resolve_lengths
+
+    recipe = load_toml(family.recipe) if family.recipe else {}
+    table = recipe.pop("objective_config", {})
+    epochs = options.epochs or family.epochs
+    batch = options.batch_size or recipe.get("batch_size") or family.batch_size
+    values = merge(recipe, {"objective": family.objective, "epochs": float(epochs), "batch_size": batch,
+                            "seed": options.seed, "out": str(out), "data": None})
+    values.pop("steps", None)  # the length is epochs x ipe
+    cfg = build_config(values)
+    return cfg, resolve_lengths(cfg, ipe * batch), table
+
+
+def import_checkpoint(source: str | Path, out: str | Path, options: ImportOptions, objective: str | None = None,
+                      log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Writes RUN `out` (atomically: all of it or nothing) from the official checkpoint `source` of
+    `objective` (None: told by the file; given, it must agree). Returns a summary: the run, its
+    objective, step, epoch, the source's SHA-256, parameter counts."""
     import jax
 
     from jepa_cli.data.atomic import atomic_directory
     from jepa_cli.models.convert import from_official
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
     from jepa_cli.training.checkpoint import Checkpoints, sha256_of
-    from jepa_cli.training.config import build_config, resolve_lengths
     from jepa_cli.training.run import build_optimizer, make_objective, objective_config_of, write_run
     from jepa_cli.training.state import TrainState
 
     source = Path(source)
-    checkpoint = read_torch_checkpoint(source)
-    parts = official_parts(checkpoint, source)
-    epoch = checkpoint.get("epoch", 0)
-    if type(epoch) is not int or epoch < 0:  # a bool is an int to Python, not a count
-        raise InputError(f"{source}: its epoch is {str(epoch)[:40]}, not a count of epochs")
-    if epoch * options.ipe > MAX_STEP:
-        raise InputError(f"{source}: its epoch {str(epoch)[:40]} x --ipe {options.ipe} is past the last step a run "
-                         f"can hold ({MAX_STEP:,}, the int32 step counter)")
+    # shapes first (no tensor read): the family, the model and every shape are checked before the bytes
+    layout = read_torch_checkpoint(source, keys=(), inert=True)
+    detected = detect_family(layout, source)
+    if objective is not None and objective != detected:
+        raise InputError(f"{source}: an {FAMILIES[detected].title} checkpoint, not an {FAMILIES[objective].title} "
+                         f"one (use --objective {detected}, or leave --objective out)")
+    family = FAMILIES[detected]
+    # zero-stride stand-ins of each tensor's shape: converted and checked without allocating it
+    shapes = {k: {name: np.broadcast_to(np.float32(0), ref.shape) for name, ref in part.items()}
+              for k, part in official_parts(layout, source, detected).items()}
+    given = dict(options.objective_config)
+    if detected == "ijepa":
+        model = given
+    elif detected == "vjepa":
+        model = infer_vjepa_config(shapes, source, given)
+    else:
+        model = infer_audio_config(shapes, source, given)
+    step, epoch, ipe = _step(layout, family, options, source)
+    cfg, lengths, table = _train_config(family, options, ipe, out)
+    # the imported weights are float32 and so is their compute: features as the official float32 model's
+    config = {**table, **model, "dtype": "float32"} if detected != "ijepa" else model
+    objective_ = make_objective(family.objective, config, lengths["ema_t_max"])
+    cfg.objective_config = objective_config_of(objective_, config)
 
-    cfg = build_config({"objective": "ijepa", "epochs": float(options.epochs), "batch_size": options.batch_size,
-                        "seed": options.seed, "out": str(out), "data": None})
-    lengths = resolve_lengths(cfg, options.ipe * options.batch_size)
-    objective = make_objective("ijepa", dict(options.objective_config), lengths["ema_t_max"])
-    cfg.objective_config = objective_config_of(objective, options.objective_config)
+    want = objective_.param_shapes()
+    convert = {k: from_official(shapes[k], predictor=k == "predictor", family=detected) for k in PARTS}
+    _check_shapes(convert["encoder"], want["encoder"], source, "encoder")
+    _check_shapes(convert["predictor"], want["predictor"], source, "predictor")
+    _check_shapes(convert["target_encoder"], want["encoder"], source, "target encoder")
 
-    params = {"encoder": from_official(parts["encoder"]),
-              "predictor": from_official(parts["predictor"], predictor=True)}
-    target = from_official(parts["target_encoder"])
-    want = objective.param_shapes()
-    _check_shapes(params["encoder"], want["encoder"], source, "encoder")
-    _check_shapes(params["predictor"], want["predictor"], source, "predictor")
-    _check_shapes(target, want["encoder"], source, "target encoder")
+    checkpoint = read_torch_checkpoint(source, keys=("state_dict",) if detected == "audio-jepa" else PARTS,
+                                       inert=detected == "audio-jepa")
+    parts = official_parts(checkpoint, source, detected)
+    check_finite(parts, source)
+    params = {"encoder": from_official(parts["encoder"], family=detected),
+              "predictor": from_official(parts["predictor"], predictor=True, family=detected)}
+    target = from_official(parts["target_encoder"], family=detected)
     params = jax.tree.map(lambda v, w: np.asarray(v, w.dtype), params, want)
     target = jax.tree.map(lambda v, w: np.asarray(v, w.dtype), target, want["encoder"])
 
-    step = epoch * options.ipe
-    tx, *_ = build_optimizer(cfg, objective, lengths, want)
+    tx, *_ = build_optimizer(cfg, objective_, lengths, want)
     init_key, rng = jax.random.split(jax.random.PRNGKey(options.seed))  # as state.init_state splits
     del init_key
     state = TrainState(params=params, ema=target, opt_state=tx.init(params),
@@ -143,8 +403,8 @@ def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
     digest = sha256_of(source)
     record = {"jepa_kind": "run", "config": cfg.to_dict(), "lengths": lengths, "dataset": None,
               "status": "imported",
-              "imported": {"source": source.name, "sha256": digest, "epoch": epoch, "ipe": options.ipe,
-                           "format": "facebookresearch/ijepa checkpoint (torch.save)"}}
+              "imported": {"source": source.name, "sha256": digest, "epoch": epoch, "ipe": ipe,
+                           "format": family.format}}
     with atomic_directory(out, force=False, kind="run", inputs=[source], log=log) as tmp:
         record["config"]["out"] = str(out)
         ckpts = Checkpoints(tmp, keep=None, async_save=False)
@@ -156,5 +416,6 @@ def import_ijepa(source: str | Path, out: str | Path, options: ImportOptions,
         _check_written(tmp / "checkpoints" / str(step), out)
         write_run(tmp, record)
     count = lambda tree: int(sum(np.size(v) for v in jax.tree.leaves(tree)))  # noqa: E731
-    return {"run": str(out), "step": step, "epoch": epoch, "source": str(source), "sha256": digest,
-            "encoder_params": count(params["encoder"]), "predictor_params": count(params["predictor"])}
+    return {"run": str(out), "objective": detected, "step": step, "epoch": epoch, "source": str(source),
+            "sha256": digest, "encoder_params": count(params["encoder"]),
+            "predictor_params": count(params["predictor"])}
