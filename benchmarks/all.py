@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/all.py [--reference DIR] [--reference-python PY] [--quick] [--json]
 
 Runs each benchmark script in its own process with --json (train_step, masks, pipeline, compile,
-encode, mixer) and collects its headline figures. With --reference (a checkout of facebookresearch/ijepa
+encode, mixer, sample) and collects its headline figures. With --reference (a checkout of facebookresearch/ijepa
 and a Python with torch) the step's baseline is the official code itself; otherwise that row
 compares with the last recorded official figure (marked *). --quick shortens every measurement
 (for a smoke test, not for figures).
@@ -79,6 +79,11 @@ def collect(args) -> list[dict]:
         rows.append({"figure": f"{name} blocks fwd+bwd ms, {longest} tokens", "ours": at[name]["ms"],
                      "baseline": at["attn"]["ms"], "baseline_name": "attention ms",
                      "ratio": at[name]["time_vs_attn"], "target": "-", "met": None})
+    sample = _run("sample.py", "--repeats", "1" if args.quick else "3")
+    rates = sample["sample_images_per_s"]
+    rows.append({"figure": f"sampling img/s, {sample['steps']} Euler steps, CFG", "ours": rates["scan_full_guidance"],
+                 "baseline": rates["baseline_per_step_loop_full_guidance"], "baseline_name": "per-step loop",
+                 "ratio": sample["speedup_scan_vs_loop"], "target": "-", "met": None})
     return rows
 
 

@@ -10,7 +10,8 @@ train step's images/s, each with its baseline measured in the same run.
   trip per step), full guidance.
 - train: the jitted flow train step (loss, AdamW, whole-tree EMA) on a device batch, against the
   matmul FLOP/s of the machine (benchmarks/machine.py) as the utilisation reference.
-Times exclude compilation (the first call), best of `--repeats`.
+Times exclude compilation (the first call), best of `--repeats`. Prints a table of images/s with
+each sampler's ratio to the per-step loop (`--json`: one object, as benchmarks/all.py reads it).
 """
 
 from __future__ import annotations
@@ -112,9 +113,15 @@ def main() -> None:
     }
     if args.json:
         print(json.dumps(out))
-    else:
-        for key_, value in out.items():
-            print(f"{key_}: {value}")
+        return
+    loop_rate = out["sample_images_per_s"]["baseline_per_step_loop_full_guidance"]
+    print(f"{out['devices']} device(s), batch {b}, {k} Euler steps, flow-digits-tiny DiT (random weights)\n")
+    print(f"| {'sampler':<44} | {'images/s':>9} | {'vs loop':>7} |")
+    print(f"|{'-' * 46}|{'-' * 11}|{'-' * 9}|")
+    for name, rate in out["sample_images_per_s"].items():
+        print(f"| {name.replace('_', ' '):<44} | {rate:9.1f} | {rate / loop_rate:6.2f}x |")
+    util = f", {out['train_utilisation']:.1%} of matmul FLOP/s" if out["train_utilisation"] else ""
+    print(f"\nflow train step: {out['train_images_per_s']:.1f} images/s{util}")
 
 
 if __name__ == "__main__":

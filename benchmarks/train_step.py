@@ -75,9 +75,10 @@ TINY_STEP = dict(model="tiny", patch_size=8, image_size=64, channels=3, pred_dep
                  dtype="float32", min_keep=4)  # as official_ijepa_step.py
 
 
-def bench(official: bool, steps: int, batch: int = 32, options: dict | None = None) -> dict:
-    """One configuration's step: images/s, FLOPs (XLA's count and the analytic one), token counts.
-    `options` are `jepa train --objective ijepa` options (default: the ViT-tiny 64 px benchmark step)."""
+def compiled_step(official: bool, batch: int = 32, options: dict | None = None):
+    """The trainer's jitted I-JEPA step, compiled, as `jepa train` runs it (sharded over a `data` mesh
+    of every device): (compiled, state, batch dict, objective, compile seconds). `options` are
+    `jepa train --objective ijepa` options (default: the ViT-tiny 64 px benchmark step)."""
     from jepa_cli.objectives import make_objective
     from jepa_cli.training.config import build_config
     from jepa_cli.training.run import build_optimizer
@@ -102,7 +103,15 @@ def bench(official: bool, steps: int, batch: int = 32, options: dict | None = No
                     mesh_lib.replicated(mesh))
     t0 = time.perf_counter()
     compiled = step.lower(state, {"image": images}).compile()
-    compile_s = time.perf_counter() - t0
+    return compiled, state, {"image": images}, objective, time.perf_counter() - t0
+
+
+def bench(official: bool, steps: int, batch: int = 32, options: dict | None = None) -> dict:
+    """One configuration's step: images/s, FLOPs (XLA's count and the analytic one), token counts.
+    `options` are `jepa train --objective ijepa` options (default: the ViT-tiny 64 px benchmark step)."""
+    compiled, state, inputs, objective, compile_s = compiled_step(official, batch, options)
+    images = inputs["image"]
+    size = images.shape[1]
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     flops = float(cost.get("flops", 0.0)) * len(jax.devices()) if cost else 0.0  # cost is per device
