@@ -11,7 +11,8 @@
 #   TINY=1 bash benchmarks/gpu.sh t.md                # a 2-block, 48-wide ViT at 32 px, 2 steps: a CPU smoke test
 #
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
-# others; its error goes into the table, its whole output into TABLE.log). The official step halves its
+# others; its error goes into the table, its whole output into TABLE.log). After the table, a profile
+# of each model's bf16 step per op class (benchmarks/profile.py; PROFILE=0 leaves it out). The official step halves its
 # batch on out-of-memory (at most twice); the table gives the batch it ran at. Environment: PYTHON
 # (default .venv/bin/python), STEPS (default 10), MODELS (default "base large").
 set -uo pipefail
@@ -75,4 +76,17 @@ for model in $MODELS; do
     flush
   fi
 done
+flush
+if [[ "${PROFILE:-1}" != 0 ]]; then  # where each model's bf16 step spends its time, per op class, after the table
+  for model in $MODELS; do
+    batch=$("$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"official\"" not in l]; print(next((x.get("batch", "") for x in r if x.get("model") == sys.argv[2] and x.get("dtype") == "bfloat16"), ""))' "$ROWS" "$model")
+    out=$("$PYTHON" benchmarks/profile.py --model "$model" --patch-size "$PATCH" --image-size "$SIZE" "${PRED[@]}" \
+          --dtype bfloat16 --batch "${batch:-16}" --steps 3 2>&1 | tee -a "$LOG")
+    if [[ $out == *"| op class"* ]]; then
+      printf '\n%s\n' "$out" >> "$TABLE"
+    else
+      printf '\nprofile of %s bf16 failed: %s\n' "$model" "${out: -300}" >> "$TABLE"
+    fi
+  done
+fi
 cat "$TABLE"
