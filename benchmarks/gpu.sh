@@ -12,7 +12,8 @@
 #
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
 # others; its error goes into the table, its whole output into TABLE.log). After the table, a profile
-# of each model's bf16 step per op class (benchmarks/profile.py; PROFILE=0 leaves it out). The official step halves its
+# of each model's bf16 step per op class (benchmarks/profile.py; PROFILE=0 leaves it out, TINY=1 too
+# unless PROFILE=1). The official step halves its
 # batch on out-of-memory (at most twice); the table gives the batch it ran at. Environment: PYTHON
 # (default .venv/bin/python), STEPS (default 10), MODELS (default "base large").
 set -uo pipefail
@@ -77,6 +78,7 @@ for model in $MODELS; do
   fi
 done
 flush
+if [[ -n "${TINY:-}" ]]; then PROFILE=${PROFILE:-0}; fi  # the smoke test keeps to the rows
 if [[ "${PROFILE:-1}" != 0 ]]; then  # where each model's bf16 step spends its time, per op class, after the table
   for model in $MODELS; do
     batch=$("$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"official\"" not in l]; print(next((x.get("batch", "") for x in r if x.get("model") == sys.argv[2] and x.get("dtype") == "bfloat16"), ""))' "$ROWS" "$model")
