@@ -19,6 +19,10 @@ from jepa_cli.errors import InputError
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
+# The objectives whose options include the model's LayerNorm epsilon `norm_eps`. A config saved without
+# it describes a model built with eps 1e-6 (models/vit.NORM_EPS), whatever the objective's default.
+NORM_EPS_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa")
+SAVED_NORM_EPS = 1e-6
 
 
 class RunLock:
@@ -131,7 +135,18 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
             and isinstance(record.get("lengths"), dict)):
         raise InputError(f"{path}: damaged (not the JSON object with 'config' and 'lengths' that jepa train "
                          "writes); each checkpoint keeps a copy in checkpoints/<step>/config/")
-    return record
+    return {**record, "config": saved_config(record["config"])}
+
+
+def saved_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config as saved in run.json or with a checkpoint, with what it leaves unsaid spelled
+    out: options a model was built with that the config does not name get the value it was built
+    with (`norm_eps` 1e-6), not the objective's default. A copy; `config` is not changed."""
+    objective_config = config.get("objective_config")
+    if config.get("objective") in NORM_EPS_OBJECTIVES and isinstance(objective_config, dict) \
+            and "norm_eps" not in objective_config:
+        return {**config, "objective_config": {**objective_config, "norm_eps": SAVED_NORM_EPS}}
+    return config
 
 
 def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
@@ -223,7 +238,7 @@ def _model_of(saved: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, 
 
     from jepa_cli.training.config import build_config
 
-    config = {k: v for k, v in saved.items() if k != "lengths"}
+    config = saved_config({k: v for k, v in saved.items() if k != "lengths"})
     lengths = saved.get("lengths") if isinstance(saved.get("lengths"), dict) else record["lengths"]
     cfg = build_config(config)
     objective = make_objective(cfg.objective, cfg.objective_config)
