@@ -197,6 +197,19 @@ class GenerativeConfig:
                 for f in dataclasses.fields(self) if self.owner in f.metadata["applies"]}
 
 
+def config_notes(objective: str, table: dict[str, Any]) -> dict[str, str]:
+    """Notes for `jepa train --print-config` beside keys of the objective's resolved `table` whose value
+    came from the data: {key: note}. Diffusion's sigma_data, when it is the modality's default."""
+    if objective != "diffusion" or table.get("schedule") != "edm":
+        return {}
+    modality = table.get("modality", "image")
+    if modality not in DATA_DEFAULTS or table.get("sigma_data") != DATA_DEFAULTS[modality][1]:
+        return {"sigma_data": "given (the recipe, the environment or --sigma-data)"}
+    where = ("latents standardised by the dataset's latent_shift/latent_scale have std 1" if modality == "latent"
+             else "images scaled to [-1, 1], EDM's value")
+    return {"sigma_data": f"from the data: {where}"}
+
+
 @dataclasses.dataclass(frozen=True)
 class FlowConfig(GenerativeConfig):
     owner = "flow"

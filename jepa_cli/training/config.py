@@ -343,15 +343,29 @@ def parse_text(key: str, text: str, name: str) -> Any:
 def to_toml(config: TrainConfig) -> str:
     """A resolved configuration as a TOML recipe: every trainer key at the top level and the objective's
     options in its table. Keys whose value is None (TOML has no null) are left out: None is each such
-    key's default, so reading the text back gives the same configuration."""
+    key's default, so reading the text back gives the same configuration. An objective's key whose
+    value came from the data carries a comment saying so (objectives/genconfig.py config_notes)."""
     import tomli_w
+
+    from jepa_cli.objectives.genconfig import config_notes
 
     def without_none(table: dict) -> dict:
         return {k: without_none(v) if isinstance(v, dict) else v for k, v in table.items() if v is not None}
 
     document = without_none(config.to_dict())
     document[config.objective] = document.pop("objective_config")
-    return tomli_w.dumps(document)
+    text = tomli_w.dumps(document)
+    notes = config_notes(config.objective, document[config.objective])
+    if not notes:
+        return text
+    lines, table = text.splitlines(), None
+    for i, line in enumerate(lines):  # a comment after the key's line in the objective's table
+        if line.startswith("["):
+            table = line.strip("[]")
+        key = line.split(" = ", 1)[0]
+        if table == config.objective and key in notes:
+            lines[i] = f"{line}  # {notes[key]}"
+    return "\n".join(lines) + "\n"
 
 
 def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = None, resume: bool = False,
