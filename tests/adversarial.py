@@ -15,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -50,6 +51,45 @@ def run_jepa(*args: str | os.PathLike, cwd: str | os.PathLike | None = None, env
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "jepa_cli", *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, timeout=timeout, input=input)
+
+
+# `jepa ARGS` with one function wrapped so that, before or after it runs, the process touches a marker file
+# and waits: a signal sent once the marker exists lands at that point, whatever the machine's speed.
+HELD = """
+import importlib, pathlib, sys, time
+marker, module, attribute, when = pathlib.Path(sys.argv[1]), *sys.argv[2:5]
+owner_path, _, name = attribute.rpartition(".")
+owner = importlib.import_module(module)
+for part in filter(None, owner_path.split(".")):
+    owner = getattr(owner, part)
+real = getattr(owner, name)
+def held(*args, **kwargs):
+    out = real(*args, **kwargs) if when == "after" else None
+    marker.touch()
+    time.sleep(300)
+    return out if when == "after" else real(*args, **kwargs)
+setattr(owner, name, held)
+sys.argv[1:] = sys.argv[5:]
+from jepa_cli.cli.main import main
+main()
+"""
+
+
+def start_held(marker: Path, target: str, when: str, *args: str | os.PathLike) -> subprocess.Popen:
+    """Starts `jepa ARGS` held `when` ('before' or 'after') `target` ('module:attribute', e.g.
+    'jepa_cli.data.resumable:mark_unit') first runs; returns once `marker` exists, the process waiting there."""
+    module, attribute = target.split(":")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("JEPA_DEBUG", None)
+    process = subprocess.Popen([sys.executable, "-c", HELD, str(marker), module, attribute, when, *map(str, args)],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"jepa {' '.join(map(str, args))} never reached {target}: {process.communicate()}")
+        time.sleep(0.02)
+    return process
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, code: int = 2,

@@ -72,7 +72,7 @@ HEAVY_FIRST = ("test_objective_audio_jepa.py", "test_multiprocess.py", "test_rec
 # benchmark's CPU run.
 SLOW_FILES = ("test_multiprocess.py", "test_recipes_make.py", "test_gpu_benchmark.py")
 # Source text that starts another process: each `jepa` subprocess pays the JAX import and its own compiles.
-STARTS_A_PROCESS = ("run_jepa(", "expect_refusal(", "subprocess.", "Popen(")
+STARTS_A_PROCESS = ("run_jepa(", "expect_refusal(", "start_held(", "subprocess.", "Popen(")
 
 
 def _source(function) -> str:

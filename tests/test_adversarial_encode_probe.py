@@ -1,13 +1,12 @@
 """Hostile-user cases for `jepa encode-latents` and `jepa probe`, through the real CLI."""
 
-import os
+import json
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
-from adversarial import ROOT, damage_checkpoint, expect_refusal, run_jepa
+from adversarial import damage_checkpoint, expect_refusal, start_held
 from test_encode import image_dataset
 from test_encode import trained as run_and_data  # noqa: F401 - a fixture: one tiny run at step 0
 
@@ -45,41 +44,35 @@ def test_encoding_into_the_run_directory_is_refused(run_and_data, tmp_path):
     expect_refusal("encode-latents", run, data, "-o", run, "--force", guard=[run, data], fragments=[str(run)])
 
 
-def test_a_corrupt_encode_partial_progress_file_never_shows_a_traceback(run_and_data, tmp_path):
+def test_a_corrupt_encode_partial_progress_file_never_shows_a_traceback(run_and_data, tmp_path, run_cli):
     run, data = run_and_data
     out = tmp_path / "emb.zarr"
     partial = tmp_path / ".emb.zarr.partial"
     (partial / "progress").mkdir(parents=True)
     (partial / "job.json").write_bytes(b"\x00garbage")
-    result = run_jepa("encode-latents", run, data, "-o", out, "--mesh", "data=1")
-    assert result.returncode == 0, result.stderr
-    assert f"jepa: warning: discarding the partial output {partial}: its job.json is damaged" in result.stderr.decode()
+    result = run_cli("encode-latents", run, data, "-o", out, "--mesh", "data=1")
+    assert result.exit_code == 0, result.stderr
+    assert f"jepa: warning: discarding the partial output {partial}: its job.json is damaged" in \
+        result.stderr.splitlines()
     assert store.read_array(out / "inputs").shape == (40, 64) and not partial.exists()
 
 
-def test_sigterm_during_encode_exits_143_keeps_the_partial_and_resumes_to_the_same_bytes(run_and_data, tmp_path):
-    run, _ = run_and_data
-    data = image_dataset(tmp_path / "big.zarr", n=3000)
-    args = ["encode-latents", run, data, "--mesh", "data=1", "--batch-size", "32"]
-    assert run_jepa(*args, "-o", tmp_path / "whole.zarr").returncode == 0
-    out = tmp_path / "emb.zarr"
-    # Without the suite's compilation cache the encoder compiles after the partial output exists, so
-    # the signal lands mid-job (a cache hit left well under a second to finish, and a loaded CI
-    # machine once let the whole job finish before the signal)
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"} | {"JEPA_CACHE_DIR": "off"}
-    process = subprocess.Popen([sys.executable, "-m", "jepa_cli", *map(str, args), "-o", str(out)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    partial = tmp_path / ".emb.zarr.partial"
-    deadline = time.time() + 120
-    while not (partial / "inputs").exists():
-        assert process.poll() is None and time.time() < deadline, process.stderr.read()
-        time.sleep(0.02)
+def test_sigterm_during_encode_exits_143_keeps_the_partial_and_resumes_to_the_same_bytes(run_and_data, tmp_path,
+                                                                                         run_cli):
+    run, data = run_and_data
+    args = ["encode-latents", run, data, "--mesh", "data=1", "--batch-size", "16", "-q"]
+    assert run_cli(*args, "-o", tmp_path / "whole.zarr").exit_code == 0
+    out, partial = tmp_path / "emb.zarr", tmp_path / ".emb.zarr.partial"
+    # held once every batch is written, before the unit is recorded as done: the rerun must recompute it
+    process = start_held(tmp_path / "held", "jepa_cli.data.resumable:mark_unit", "before", *args, "-o", out)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, (process.returncode, stderr)
     assert stderr.decode().splitlines() == ["jepa: error: terminated (SIGTERM)"]
-    assert partial.exists() and not out.exists()
-    assert run_jepa(*args, "-o", out).returncode == 0
+    assert (partial / "inputs").exists() and not out.exists()
+    resumed = run_cli(*args, "-o", out, "--json")
+    assert resumed.exit_code == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["units_resumed"] == 0 and not partial.exists()
     np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
 
 

@@ -18,7 +18,7 @@ import click
 import numpy as np
 import pytest
 
-from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, snapshot
+from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, snapshot, start_held
 from conftest import assert_user_error
 from jepa_cli.cli.main import COMMANDS
 
@@ -78,41 +78,17 @@ def test_mask_option_out_of_bounds_is_refused_writing_nothing(run_cli, tmp_path,
     assert snapshot([tmp_path]) == before
 
 
-def _signal_inside_the_write(command: list[str], folder: Path) -> subprocess.CompletedProcess | None:
-    """Runs `command` and sends it SIGTERM once `folder` holds a file (the output's temporary directory
-    has its group metadata), frozen (SIGSTOP) meanwhile so that it cannot move on. None when the output
-    was already in place by then (the write takes about 70 ms on a 2-core EPYC: a loaded machine can
-    miss it)."""
-    proc = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while proc.poll() is None and time.monotonic() < deadline:
-        if any(f.is_file() for f in folder.rglob("*")):
-            proc.send_signal(signal.SIGSTOP)
-            if (folder / "m.zarr").exists():
-                proc.kill()
-                proc.communicate()
-                return None
-            proc.send_signal(signal.SIGTERM)
-            proc.send_signal(signal.SIGCONT)
-            break
-        time.sleep(0.005)
-    stdout, stderr = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
-
-
 def test_mask_sigterm_while_writing_exits_143_and_leaves_nothing(tmp_path):
-    """SIGTERM once the output's temporary directory holds a file: exit 143, one line, nothing left."""
-    for attempt in range(5):
-        folder = tmp_path / str(attempt)
-        folder.mkdir()
-        command = [sys.executable, "-m", "jepa_cli", "mask", "--grid", "14x14", "--batch-size", "40000",
-                   "--context-size", "100", "-o", str(folder / "m.zarr")]
-        result = _signal_inside_the_write(command, folder)
-        if result is not None:
-            break
-    assert result is not None, "five runs finished their write before the signal"
-    assert_one_error_line(result, code=143, fragments=["terminated (SIGTERM)"])
+    """SIGTERM once the output's temporary directory holds its group metadata: exit 143, one line, nothing left."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    process = start_held(tmp_path / "held", "jepa_cli.data.store:write_group", "after", "mask", "--grid", "6x6",
+                         "--batch-size", "4", "--context-size", "8", "-o", folder / "m.zarr")
+    assert any(f.is_file() for f in folder.rglob("*"))  # inside the write
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert_one_error_line(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), code=143,
+                          fragments=["terminated (SIGTERM)"])
     assert list(folder.iterdir()) == []
 
 

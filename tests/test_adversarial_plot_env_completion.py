@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa
+from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, start_held
 from conftest import assert_user_error
 
 
@@ -67,43 +66,18 @@ def test_of_two_concurrent_plots_to_one_new_png_exactly_one_writes_it(run, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png", "run"]  # no partial left behind
 
 
-# `jepa plot` held at one point (a marker file says it is there) until the test sends SIGTERM
-HELD = """
-import pathlib, sys, time
-import matplotlib.figure
-from jepa_cli.data import atomic
-marker, where = pathlib.Path(sys.argv[1]), sys.argv[2]
-def hold():
-    marker.touch()
-    time.sleep(120)
-savefig, write_file = matplotlib.figure.Figure.savefig, atomic.write_file
-if where == "drawing":
-    matplotlib.figure.Figure.savefig = lambda *a, **k: (hold(), savefig(*a, **k))[1]
-else:
-    atomic.write_file = lambda *a, **k: (write_file(*a, **k), hold())[0]
-from jepa_cli.cli.main import main
-sys.argv[1:] = sys.argv[3:]  # what `jepa` reads
-main()
-"""
-
-
-@pytest.mark.parametrize("where, error", [
-    ("drawing", "terminated (SIGTERM)"),
-    ("after the commit", "terminated (SIGTERM) after {png} was written in full"),
+@pytest.mark.parametrize("target, when, error", [
+    ("matplotlib.figure:Figure.savefig", "before", "terminated (SIGTERM)"),
+    ("jepa_cli.data.atomic:write_file", "after", "terminated (SIGTERM) after {png} was written in full"),
 ])
-def test_plot_interrupted_by_sigterm_leaves_a_whole_png_or_none_and_says_which(run, tmp_path, where, error):
+def test_plot_interrupted_by_sigterm_leaves_a_whole_png_or_none_and_says_which(run, tmp_path, target, when, error):
     png, marker = tmp_path / "c.png", tmp_path / "held"
-    proc = subprocess.Popen([sys.executable, "-c", HELD, str(marker), where, "plot", str(run), "-o", str(png)],
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    while not marker.exists():
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    line = assert_one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 143)
+    process = start_held(marker, target, when, "plot", run, "-o", png)  # while drawing, or once the PNG is in place
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    line = assert_one_error_line(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), 143)
     assert line == "jepa: error: " + error.format(png=png)
-    if where == "drawing":
+    if when == "before":
         assert not png.exists()
     else:
         assert png.read_bytes().startswith(b"\x89PNG") and png.read_bytes().endswith(b"IEND\xaeB`\x82")

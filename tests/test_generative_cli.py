@@ -216,35 +216,26 @@ def test_a_partial_sample_of_other_parameters_is_discarded_not_mixed(trained, tm
     np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "fresh.zarr" / "inputs"))
 
 
-def test_sigterm_during_sample_exits_143_keeps_the_partial_and_the_rerun_resumes_to_the_same_bytes(trained, tmp_path):
-    """The real CLI: SIGTERM once the first unit (65,536 samples of 8x8x1) is recorded; the rerun
-    draws only the rest and writes what an uninterrupted run writes."""
-    import os
+def test_sigterm_during_sample_exits_143_keeps_the_partial_and_the_rerun_resumes_to_the_same_bytes(trained, tmp_path,
+                                                                                                run_cli):
+    """The real CLI, held once its one unit of samples is recorded: SIGTERM exits 143 in one line and
+    keeps the partial; the rerun draws nothing and writes what an uninterrupted run writes."""
     import signal
-    import subprocess
-    import sys
-    import time
 
-    from adversarial import ROOT, run_jepa
+    from adversarial import start_held
 
     _, _, run = trained
-    args = ["sample", run, "-n", "140000", "--steps", "1", "--batch-size", "4096", "--mesh", "data=1", "--json", "-q"]
-    assert run_jepa(*args, "-o", tmp_path / "whole.zarr").returncode == 0
+    args = ["sample", run, "-n", "8", "--steps", "1", "--batch-size", "4", "--mesh", "data=1", "-q"]
+    assert run_cli(*args, "-o", tmp_path / "whole.zarr").exit_code == 0
     out, partial = tmp_path / "s.zarr", tmp_path / ".s.zarr.partial"
-    process = subprocess.Popen([sys.executable, "-m", "jepa_cli", *map(str, args), "-o", str(out)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.time() + 120
-    while not (partial / "progress" / "00000000.npz").exists():
-        assert process.poll() is None and time.time() < deadline, process.communicate()
-        time.sleep(0.02)
+    process = start_held(tmp_path / "held", "jepa_cli.data.resumable:mark_unit", "after", *args, "-o", out)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143 and stderr.decode().splitlines() == ["jepa: error: terminated (SIGTERM)"]
     assert partial.is_dir() and not out.exists()
-    resumed = run_jepa(*args, "-o", out)
-    assert resumed.returncode == 0, resumed.stderr.decode()
-    assert json.loads(resumed.stdout)["samples_resumed"] >= 65536
+    resumed = run_cli(*args, "-o", out, "--json")
+    assert resumed.exit_code == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["samples_resumed"] == 8
     np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
 
 
