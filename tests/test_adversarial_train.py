@@ -92,7 +92,7 @@ def test_bad_mask_option_creates_nothing(tmp_path, option):
                    guard=[tmp_path], fragments=[option[0]])
 
 
-def test_corrected_retry_after_a_refused_option_trains(tmp_path):
+def test_corrected_retry_after_a_refused_option_trains(tmp_path, run_cli):
     data = _write_images(tmp_path / "digits.zarr", 16, 16)
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(IJEPA_TOML)
@@ -100,8 +100,8 @@ def test_corrected_retry_after_a_refused_option_trains(tmp_path):
     expect_refusal("train", "--config", recipe, "--data", data, "--out", run, "--steps", "1", "--pred-scale", "0.9,0.1",
                    guard=[tmp_path])
     # --steps 0 (the initial weights) is the cheapest run that validates, writes RUN and a checkpoint
-    result = run_jepa("train", "--config", recipe, "--data", data, "--out", run, "--steps", "0", "--json", "-q")
-    assert result.returncode == 0, result.stderr.decode()
+    result = run_cli("train", "--config", recipe, "--data", data, "--out", run, "--steps", "0", "--json", "-q")
+    assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["checkpoints"] == [0]
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
 
