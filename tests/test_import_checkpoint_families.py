@@ -247,3 +247,146 @@ def test_the_audio_jepa_release_is_told_from_its_shapes():
     config = infer_audio_config({"encoder": encoder, "predictor": predictor}, Path("a.ckpt"))
     assert config == {"model": "base", "patch_size": 16, "mel_bins": 128, "frames": 256, "pred_width": 384,
                       "pred_depth": 6}
+
+
+# -- the imported runs, exported back, encoded and fine-tuned ------------------------------------------------
+def video_dataset(path: Path, n: int = 4, frames: int = 4, size: int = 16, channels: int = 3) -> Path:
+    """A video dataset of random uint8 clips [n, frames, size, size, channels] in two classes."""
+    from jepa_cli.data import store
+
+    store.write_group(path, store.base_attributes("dataset", modality="video", layout="NTHWC", class_names=["a", "b"],
+                                                  source="test", split=None, num_samples=n))
+    store.write_array(path / "inputs", np.random.default_rng(0).integers(0, 256, (n, frames, size, size, channels),
+                                                                          dtype=np.uint8))
+    store.write_array(path / "labels", (np.arange(n) % 2).astype(np.int32))
+    return path
+
+
+def audio_dataset(path: Path, n: int = 4, sample_rate: int = 32000, seconds: float = 10.0) -> Path:
+    """An audio dataset of random int16 waveforms [n, samples] in two classes."""
+    from jepa_cli.data import store
+
+    store.write_group(path, store.base_attributes("dataset", modality="audio", layout="NS", class_names=["a", "b"],
+                                                  sample_rate=sample_rate, seconds=seconds))
+    samples = int(sample_rate * seconds)
+    store.write_array(path / "inputs", np.random.default_rng(0).integers(-3000, 3000, (n, samples), dtype=np.int16))
+    store.write_array(path / "labels", (np.arange(n) % 2).astype(np.int32))
+    return path
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from jepa_cli.cli.main import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _official_state_dicts(source: Path) -> dict[str, dict[str, np.ndarray]]:
+    """{part: {name without wrapper prefixes: tensor}} of an official V-JEPA or Audio-JEPA file."""
+    from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
+    from jepa_cli.training.import_official import detect_family, official_parts
+
+    checkpoint = read_torch_checkpoint(source, inert=True)
+    return official_parts(checkpoint, source, detect_family(checkpoint, source))
+
+
+@pytest.mark.parametrize("which, name", [("vjepa", "again.pth.tar"), ("audio", "again.ckpt")])
+def test_the_export_of_an_imported_official_checkpoint_holds_every_tensor(vjepa_run, audio_run, tmp_path, which,
+                                                                          name):
+    from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
+
+    run, source = (vjepa_run[0], VJEPA) if which == "vjepa" else (audio_run[0], AUDIO)
+    result = _cli("export", run, "-o", tmp_path / name, "--all", "-q")
+    assert result.exit_code == 0, result.stderr
+    official = read_torch_checkpoint(source, inert=True)
+    exported = read_torch_checkpoint(tmp_path / name)
+    if which == "vjepa":  # facebookresearch/jepa's dict, names as saved through DDP and MultiMaskWrapper
+        assert sorted(exported) == ["encoder", "epoch", "predictor", "target_encoder"] and exported["epoch"] == 2
+        pairs = [(official[p], exported[p]) for p in ("encoder", "predictor", "target_encoder")]
+    else:  # Lightning's epoch, global_step and state_dict
+        assert sorted(exported) == ["epoch", "global_step", "state_dict"]
+        assert (exported["epoch"], exported["global_step"]) == (3, 120)
+        pairs = [(official["state_dict"], exported["state_dict"])]
+    for want, got in pairs:
+        assert sorted(got) == sorted(want)  # pos_embed tables included
+        for key, value in want.items():
+            assert got[key].dtype == value.dtype and np.array_equal(got[key], value), key
+
+
+@pytest.mark.parametrize("which", ["vjepa", "audio"])
+def test_an_exported_imported_run_imports_back_bit_for_bit(vjepa_run, audio_run, tmp_path, which):
+    from jepa_cli.training.run import load_run
+
+    run, options = (vjepa_run[0], VJEPA_TINY) if which == "vjepa" else (audio_run[0], AUDIO_TINY)
+    assert _cli("export", run, "-o", tmp_path / "out.pth.tar", "--all", "-q").exit_code == 0
+    result = _cli("import-checkpoint", tmp_path / "out.pth.tar", "-o", tmp_path / "back", *options, "-q")
+    assert result.exit_code == 0, result.stderr
+    before, after = load_run(run)[2], load_run(tmp_path / "back")[2]
+    assert not np.array_equal(before["params"]["encoder"]["norm"]["scale"], before["ema"]["norm"]["scale"])
+    import jax
+
+    flat = lambda tree: {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}  # noqa: E731
+    before, after = flat(before), flat(after)
+    assert sorted(before) == sorted(after)
+    for key, value in before.items():
+        assert after[key].dtype == value.dtype and np.array_equal(after[key], value), key
+
+
+def test_encode_latents_on_the_imported_vjepa_run_are_the_target_encoders_tokens(vjepa_run, tmp_path):
+    import jax
+
+    from jepa_cli.data.store import read_array
+
+    run = vjepa_run[0]
+    data = video_dataset(tmp_path / "clips.zarr")
+    result = _cli("encode-latents", run, data, "-o", tmp_path / "z.zarr", "--pool", "none", "--mesh", "data=1", "-q")
+    assert result.exit_code == 0, result.stderr
+    tokens = read_array(tmp_path / "z.zarr" / "inputs")
+    objective, host = _loaded(run)
+    transform = objective.eval_transform()
+    clips = np.stack([transform({"video": clip, "label": 0})["video"] for clip in read_array(data / "inputs")])
+    # the forward the official V-JEPA model gives (test_vjepa_encoders_and_predictor_equal_the_official_ones)
+    want = np.asarray(jax.jit(lambda ema, x: objective.encoder(ema)(x))(host["ema"], clips))
+    assert tokens.shape == (4, 32, 16)  # 2 x 4 x 4 tubelets of width 16
+    np.testing.assert_allclose(tokens, want, atol=1e-5)
+
+
+def test_encode_latents_on_the_imported_audio_run_pool_the_target_encoders_frequency_patches(audio_run, tmp_path):
+    import jax
+
+    from jepa_cli.data.store import read_array
+
+    run = audio_run[0]
+    data = audio_dataset(tmp_path / "clips.zarr")
+    result = _cli("encode-latents", run, data, "-o", tmp_path / "z.zarr", "--pool", "none", "--mesh", "data=1", "-q")
+    assert result.exit_code == 0, result.stderr
+    tokens = read_array(tmp_path / "z.zarr" / "inputs")
+    objective, host = _loaded(run)
+    transform = objective.eval_transform()
+    waves = np.stack([transform({"audio": w, "label": 0}, None)["audio"] for w in read_array(data / "inputs")])
+
+    def tokens_of(ema, waves):  # the official forward (test_audio_jepa_encoders_and_predictor_equal_the_official_ones)
+        z = objective.encoder(ema)(objective.spectrogram(waves))  # [B, 4 time x 2 mel patches, D]
+        return z.reshape(z.shape[0], 4, 2, z.shape[-1]).mean(axis=2)
+
+    assert tokens.shape == (4, 4, 16)  # 32 frames / patch 8: 4 time patches of width 16
+    np.testing.assert_allclose(tokens, np.asarray(jax.jit(tokens_of)(host["ema"], waves)), atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["vjepa", "audio"])
+def test_train_resume_fine_tunes_an_imported_run_for_one_step(vjepa_run, audio_run, tmp_path_factory, which):
+    import shutil
+
+    run, summary = vjepa_run if which == "vjepa" else audio_run
+    root = tmp_path_factory.mktemp("resume")
+    tuned = shutil.copytree(run, root / "run")
+    data = video_dataset(root / "d.zarr") if which == "vjepa" else audio_dataset(root / "d.zarr")
+    result = _cli("train", "--resume", "--out", tuned, "--data", data, "--steps", summary["step"] + 1,
+                  "--batch-size", 4, "--mesh", "data=1", "--json", "-q")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["step"] == summary["step"] + 1 and np.isfinite(out["loss"])
+    before, after = _loaded(run)[1], _loaded(tuned)[1]
+    moved = before["params"]["encoder"]["norm"]["bias"] - after["params"]["encoder"]["norm"]["bias"]
+    assert np.abs(moved).max() > 0  # one AdamW update of the imported encoder

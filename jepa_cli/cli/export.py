@@ -11,12 +11,12 @@ from jepa_cli.cli.complete import complete_runs, complete_steps
 @click.command("export")
 @click.argument("run", type=click.Path(path_type=str), shell_complete=complete_runs)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str),
-              help="The file to write: FILE.safetensors or FILE.pth.tar (the format follows the name); never "
-                   "an existing path.")
+              help="The file to write: FILE.safetensors, or a PyTorch checkpoint FILE.pth.tar (FILE.ckpt for "
+                   "Audio-JEPA's Lightning); the format follows the name; never an existing path.")
 @click.option("--step", type=click.IntRange(min=0), default=None, shell_complete=complete_steps,
               help="Checkpoint step (default: the latest).")
 @click.option("--weights", type=click.Choice(["target", "context"]), default=None,
-              help="The encoder written without --all: the EMA target (default, as I-JEPA evaluates; key "
+              help="The encoder written without --all: the EMA target (default, as the JEPAs evaluate; key "
                    "target_encoder) or the context encoder (key encoder).")
 @click.option("--all", "full", is_flag=True,
               help="Write the context encoder, the predictor and the target encoder: the whole official "
@@ -26,17 +26,22 @@ def command(run, output, step, weights, full, as_json, verbose, quiet):
     """Export a run's weights in the official layout, for PyTorch.
 
     Writes the encoder of RUN's latest (or --step) checkpoint under the official names and layouts
-    of its objective (I-JEPA: facebookresearch/ijepa's VisionTransformer, with its pos_embed
-    table), so the official code loads it. FILE.pth.tar is the official checkpoint dict (parts
-    under `module.` names, and epoch), written without PyTorch and read by
-    torch.load(weights_only=True); FILE.safetensors holds one encoder under bare names (with --all:
-    each name prefixed by its part). `jepa import-checkpoint` reads an --all .pth.tar back into the
-    same weights. The optimizer's moments are not written.
+    of its objective, with its fixed pos_embed table, so the official code loads it: I-JEPA
+    (facebookresearch/ijepa), V-JEPA (facebookresearch/jepa) or Audio-JEPA (LudovicTuncay/Audio-JEPA).
+    FILE.pth.tar is the checkpoint the official trainer saves, written without PyTorch and read by
+    torch.load(weights_only=True): for I-JEPA and V-JEPA a dict of parts (names prefixed by
+    `module.`, V-JEPA's by `module.backbone.`) and epoch; for Audio-JEPA Lightning's epoch,
+    global_step and state_dict (`encoder.`, `target_encoder.`, `predictor.` names).
+    FILE.safetensors holds one encoder under bare names (with --all: each name prefixed by its
+    part). `jepa import-checkpoint` reads an --all .pth.tar back into the same weights. The
+    optimizer's moments are not written. A run the official model cannot compute (another token
+    mixer, another LayerNorm epsilon than the official one, non-square audio patches) is refused.
 
     \b
     Examples:
       jepa export runs/ijepa -o ijepa-target.safetensors
       jepa export runs/ijepa -o ijepa.pth.tar --all
+      jepa export runs/audio -o audio-jepa.ckpt --all
     """
     from jepa_cli.errors import InputError
     from jepa_cli.training.export_official import export_run

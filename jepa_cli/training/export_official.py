@@ -1,26 +1,37 @@
 """A run's weights in the official layout of its objective, as a PyTorch checkpoint or safetensors
 (`jepa export`); the inverse of training/import_official.py.
 
-I-JEPA (facebookresearch/ijepa): the official src/train.py save_checkpoint() writes a dict with
-`encoder` (the context encoder), `predictor` and `target_encoder` state dicts, names prefixed with
-DistributedDataParallel's `module.`, and `epoch` (whole epochs done). The same dict is written here,
-as a `torch.save` file (models/torch_writer.py, no PyTorch needed) or as safetensors, with the
-names and layouts of models/convert.py's table (`to_official`, the inverse of the importer's
-`from_official`) and the fixed sin-cos tables (`pos_embed`, `predictor_pos_embed`) that the
-official modules hold as parameters. By default only one encoder is written (`weights`: the target,
-as I-JEPA evaluates, under `target_encoder`; or the context encoder, under `encoder`); `full`
-writes all three, which `jepa import-checkpoint` and the official training code read. The
-optimizer's moments are not written (the importer does not read them either).
+The names and layouts are models/convert.py's table of each family (`to_official`, the inverse of
+the importer's `from_official`), with the fixed sin-cos tables (`pos_embed`, `predictor_pos_embed`)
+that the official modules hold as frozen parameters. The `.pth.tar` file is what each official
+trainer saves (`OFFICIAL`):
+- I-JEPA (facebookresearch/ijepa src/train.py save_checkpoint) and V-JEPA (facebookresearch/jepa
+  app/vjepa/train.py save_checkpoint): a dict with the `encoder` (context encoder), `predictor` and
+  `target_encoder` state dicts and `epoch` (whole epochs done); names carry the prefix of the
+  wrappers they were saved through (DistributedDataParallel's `module.`; V-JEPA's MultiMaskWrapper
+  adds `backbone.`).
+- Audio-JEPA (LudovicTuncay/Audio-JEPA, PyTorch Lightning): `epoch`, `global_step` and a
+  `state_dict` of the LightningModule's names (`encoder.`, `target_encoder.`, `predictor.`), which
+  `module.load_state_dict(checkpoint["state_dict"])` takes. Lightning's hyper-parameters, loops
+  and callbacks (pickles of the official classes) are not written.
+
+By default only one encoder is written (`weights`: the target, as the JEPAs evaluate, under
+`target_encoder`; or the context encoder, under `encoder`); `full` writes all three, which `jepa
+import-checkpoint` reads back. The optimizer's moments are not written (the importer does not read
+them either). A run whose model the official one cannot compute (another token mixer, another
+LayerNorm epsilon, non-square audio patches) is refused.
 
 safetensors (the format of Hugging Face and timm): one encoder is written under its bare official
-names (`blocks.0.attn.qkv.weight`, no `module.`), so `VisionTransformer.load_state_dict` takes the
-file as is; with `full`, each name is prefixed by its part (`encoder.`, `predictor.`,
-`target_encoder.`). The header's metadata records the objective, step, epoch, parts and model.
+names (`blocks.0.attn.qkv.weight`, no wrapper prefix), so the official `VisionTransformer.
+load_state_dict` takes the file as is; with `full`, each name is prefixed by its part (`encoder.`,
+`predictor.`, `target_encoder.`). The header's metadata records the objective, step, epoch, parts
+and model.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -31,9 +42,30 @@ import numpy as np
 
 from jepa_cli.errors import InputError
 
-FORMATS = {".safetensors": "safetensors", ".pth.tar": "torch", ".pth": "torch", ".pt": "torch"}
+FORMATS = {".safetensors": "safetensors", ".pth.tar": "torch", ".pth": "torch", ".pt": "torch",
+           ".ckpt": "torch"}  # .ckpt: Lightning's name for a torch.save file
 PARTS = ("encoder", "predictor", "target_encoder")  # the official checkpoint's keys, in its order
-OFFICIAL = {"ijepa": "facebookresearch/ijepa"}  # objectives whose official layout is written
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one official codebase saves a checkpoint, and the LayerNorm epsilon of its model."""
+
+    title: str  # the family as users know it
+    repository: str
+    prefix: str  # of each parameter name in the official checkpoint's state dicts
+    lightning: bool  # a Lightning checkpoint (one `state_dict` of `part.name`s) rather than a dict of parts
+    norm_eps: float
+
+
+OFFICIAL = {  # objective -> its official layout
+    # src/models/vision_transformer.py: norm_layer=partial(nn.LayerNorm, eps=1e-6); saved through DDP
+    "ijepa": Layout("I-JEPA", "facebookresearch/ijepa", "module.", False, 1e-6),
+    # src/models/vision_transformer.py: eps=1e-6; saved through DDP around MultiMaskWrapper
+    "vjepa": Layout("V-JEPA", "facebookresearch/jepa", "module.backbone.", False, 1e-6),
+    # configs/model/jepa.yaml leaves norm_layer at torch's nn.LayerNorm (eps 1e-5)
+    "audio-jepa": Layout("Audio-JEPA", "LudovicTuncay/Audio-JEPA", "", True, 1e-5),
+}
 
 
 def format_of(path: str | os.PathLike) -> str:
@@ -43,7 +75,7 @@ def format_of(path: str | os.PathLike) -> str:
         if name.endswith(ending) and len(name) > len(ending):
             return kind
     raise InputError(f"{path}: the format follows the file name; end it in .safetensors or .pth.tar "
-                     "(also .pth, .pt: a PyTorch checkpoint)")
+                     "(also .pth, .pt, .ckpt: a PyTorch checkpoint)")
 
 
 def _natural(name: str) -> list:
@@ -51,16 +83,34 @@ def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _state_dict(tree: Any, predictor: bool, width: int, grid: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """The official state dict of one part: the convert table's tensors, plus its fixed position
-    table [1, N, width] (official: a frozen nn.Parameter), names in natural order."""
+def _state_dict(tree: Any, predictor: bool, width: int, grid: tuple[int, ...], family: str) -> dict[str, np.ndarray]:
+    """The official state dict of one part of `family`: the convert table's tensors, plus its fixed
+    position table [1, N, width] (official: a frozen nn.Parameter), names in natural order."""
     from jepa_cli.models.convert import FIXED_TABLES, to_official
     from jepa_cli.models.vit import pos_embed
 
-    tensors = to_official(tree, predictor=predictor)
+    tensors = to_official(tree, predictor=predictor, family=family)
     table = FIXED_TABLES[1] if predictor else FIXED_TABLES[0]
     tensors[table] = np.asarray(pos_embed(width, grid), np.float32)[None]
     return {name: tensors[name] for name in sorted(tensors, key=_natural)}
+
+
+def _check_official(run_dir: Path, name: str, objective: Any) -> Any:
+    """The run's ModelConfig, or InputError when the official model of `name` could not compute it."""
+    layout = OFFICIAL[name]
+    model = objective.model_config
+    if set(model.encoder_mixers) | set(model.predictor_mixers) != {"attn"}:
+        raise InputError(f"{run_dir}: its model mixes tokens with {model.mixer!r}; the official model has "
+                         "attention blocks only")
+    if model.norm_eps != layout.norm_eps:
+        raise InputError(f"{run_dir}: its LayerNorm epsilon (norm_eps) is {model.norm_eps:g}, the official "
+                         f"{layout.title} model's is {layout.norm_eps:g}: the official model would not give its "
+                         "features")
+    if getattr(objective.config, "rectangular", False):
+        pt, pm = objective.config.patch_shape
+        raise InputError(f"{run_dir}: its patches are {pt} frames x {pm} mel bins; the official {layout.title} "
+                         "model takes square patch_size patches")
+    return model
 
 
 def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: int | None = None,
@@ -87,14 +137,11 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     name = record["config"].get("objective")
     if name not in OFFICIAL:
         raise InputError(f"{run_dir}: a {name!r} run; export writes the official layout of "
-                         f"{', '.join(f'{k} ({v})' for k, v in OFFICIAL.items())} runs only")
+                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} runs only")
+    layout = OFFICIAL[name]
     log = on_log or (lambda message: None)
     config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
-    model = objective.config  # the model fields of the I-JEPA config (models/config.py ModelConfig)
-    if tuple(model.encoder_mixers) != ("attn",) * len(model.encoder_mixers) or \
-            tuple(model.predictor_mixers) != ("attn",) * len(model.predictor_mixers):
-        raise InputError(f"{run_dir}: its model mixes tokens with {model.mixer!r}; the official model has "
-                         "attention blocks only")
+    model = _check_official(run_dir, name, objective)
     wanted = PARTS if full else ("target_encoder" if weights == "target" else "encoder",)
     trees = {"encoder": host["params"]["encoder"], "predictor": host["params"]["predictor"],
              "target_encoder": host["ema"]}
@@ -106,10 +153,10 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
             path, bad, size = found
             raise InputError(f"{run_dir}: the {part.replace('_', ' ')} at step {step} holds {bad} non-finite "
                              f"value(s) (NaN or inf) of {size} in {jax.tree_util.keystr(path)}; nothing written")
-    grid = tuple(model.grid)
+    grid = tuple(getattr(model, "grid3d", model.grid))  # V-JEPA: (frames / tubelet, rows, columns)
     try:
         parts = {part: _state_dict(trees[part], part == "predictor",
-                                   model.pred_width if part == "predictor" else model.embed_dim, grid)
+                                   model.pred_width if part == "predictor" else model.embed_dim, grid, name)
                  for part in wanted}
     except InputError as exc:
         raise InputError(f"{run_dir}: {exc}") from None
@@ -119,16 +166,23 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     if kind == "torch":
         from jepa_cli.models.torch_writer import torch_checkpoint_bytes
 
-        checkpoint: dict[str, Any] = {part: collections.OrderedDict((f"module.{k}", v) for k, v in tensors.items())
-                                      for part, tensors in parts.items()}
-        checkpoint["epoch"] = epoch
+        checkpoint: dict[str, Any]
+        if layout.lightning:
+            checkpoint = {"epoch": epoch, "global_step": int(step),
+                          "state_dict": collections.OrderedDict((f"{part}.{layout.prefix}{k}", v)
+                                                                for part, tensors in parts.items()
+                                                                for k, v in tensors.items())}
+        else:
+            checkpoint = {part: collections.OrderedDict((f"{layout.prefix}{k}", v) for k, v in tensors.items())
+                          for part, tensors in parts.items()}
+            checkpoint["epoch"] = epoch
         data = torch_checkpoint_bytes(checkpoint)
     else:
         from safetensors.numpy import save
 
         flat = {(k if len(parts) == 1 else f"{part}.{k}"): v for part, tensors in parts.items()
                 for k, v in tensors.items()}
-        metadata = {"format": "pt", "objective": name, "layout": OFFICIAL[name], "parts": ",".join(parts),
+        metadata = {"format": "pt", "objective": name, "layout": layout.repository, "parts": ",".join(parts),
                     "step": str(step), "epoch": str(epoch),
                     "model": json.dumps(config.get("objective_config") or {}, sort_keys=True, default=str)}
         data = save(flat, metadata=metadata)
