@@ -1,5 +1,7 @@
-"""`jepa export RUN -o FILE`: a run's weights in the official I-JEPA layout, as a PyTorch checkpoint
-(written without torch) or safetensors; `jepa import-checkpoint` reads it back to the same weights.
+"""`jepa export RUN -o FILE`: a run's weights in the official layout of its family (I-JEPA here; V-JEPA
+and Audio-JEPA runs of `jepa train` at the end, their imported official checkpoints in
+test_import_checkpoint_families.py), as a PyTorch checkpoint (written without torch) or safetensors;
+`jepa import-checkpoint` reads it back to the same weights.
 
 tests/data/official_ijepa_tiny.pth.tar was written by real `torch.save` in the official layout
 (tests/data/make_official_checkpoint.py); a run imported from it, exported again, must give its
@@ -197,3 +199,45 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(imported, tmp_path, cas
     if case == "exists":
         assert out.read_bytes() == b"a user's file"
 
+
+
+# -- V-JEPA and Audio-JEPA runs written by `jepa train` ------------------------------------------------------
+# tiny models at step 0 (the initialisation); each family's recipe table
+TRAINED = {"vjepa": 'objective = "vjepa"\n[vjepa]\nwidth = 16\ndepth = 1\nheads = 2\npatch_size = 4\npred_width = 8\n'
+                    'pred_depth = 1\npred_heads = 2\n',
+           "audio-jepa": 'objective = "audio-jepa"\n["audio-jepa"]\nmodel = "tiny"\nwidth = 16\ndepth = 1\nheads = 2\n'
+                         'patch_size = 4\npred_width = 8\npred_depth = 1\npred_heads = 2\nframes = 16\nmel_bins = 16\n'}
+
+
+def _train_step0(root: Path, objective: str, extra: str = "") -> Path:
+    from test_import_checkpoint_families import audio_dataset, video_dataset
+
+    data = video_dataset(root / "d.zarr") if objective == "vjepa" else audio_dataset(root / "d.zarr", 4, 8000, 0.5)
+    (root / "r.toml").write_text(TRAINED[objective] + extra)
+    result = _cli("train", "--config", root / "r.toml", "--data", data, "--out", root / "run", "--steps", "0",
+                  "--batch-size", "4", "--mesh", "data=1", "-q")
+    assert result.exit_code == 0, result.stderr
+    return root / "run"
+
+
+@pytest.mark.slow  # trains two runs
+@pytest.mark.parametrize("objective, flags", [("vjepa", ["--heads", "2", "--pred-heads", "2", "--num-frames", "4"]),
+                                              ("audio-jepa", ["--heads", "2", "--pred-heads", "2", "--mel-bins", "16"])])
+def test_a_trained_vjepa_or_audio_run_imports_back_from_its_export_bit_for_bit(tmp_path, objective, flags):
+    from jepa_cli.training.run import load_run
+
+    run = _train_step0(tmp_path, objective)
+    assert _cli("export", run, "-o", tmp_path / "run.pth.tar", "--all", "-q").exit_code == 0
+    result = _cli("import-checkpoint", tmp_path / "run.pth.tar", "-o", tmp_path / "back", *flags, "-q")
+    assert result.exit_code == 0, result.stderr
+    before, after = _flat(load_run(run)[2]), _flat(load_run(tmp_path / "back")[2])
+    assert sorted(before) == sorted(after)
+    for name, value in before.items():
+        assert after[name].dtype == value.dtype and np.array_equal(after[name], value), name
+
+
+@pytest.mark.slow  # trains a run
+def test_a_run_whose_norm_eps_is_not_the_official_one_is_refused(tmp_path, run_cli):
+    run = _train_step0(tmp_path, "audio-jepa", "norm_eps = 1e-6\n")
+    assert_user_error(run_cli("export", run, "-o", tmp_path / "out.ckpt"), "norm_eps", "1e-06", "1e-05")
+    assert not (tmp_path / "out.ckpt").exists()
