@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from conftest import assert_user_error
@@ -283,3 +284,13 @@ def test_a_run_of_no_update_draws_no_progress_bar_on_a_terminal(run_cli, tmp_pat
     assert r.exit_code == 0, r.stderr
     assert "0/0" not in r.stderr  # the bar's count
     assert json.loads(r.stdout)["step"] == 0
+
+
+def test_print_config_notes_a_warmup_as_long_as_the_run_beside_the_key():
+    from jepa_cli.training.config import build_config, length_notes, to_toml
+
+    text = to_toml(build_config({"steps": 150, "warmup_steps": 200}),
+                   length_notes({"steps": 150, "warmup_steps": 200}))
+    assert "warmup_steps = 200  # warmup_steps 200 is not shorter than the run's 150 updates" in text
+    assert tomllib.loads(text)["warmup_steps"] == 200  # the comment keeps the recipe readable
+    assert length_notes({"steps": 150, "warmup_steps": 20}) == {}

@@ -287,6 +287,14 @@ def resolve_lengths(cfg: TrainConfig, num_samples: int) -> dict[str, Any]:
             "ema_t_max": ema_ramp_length(steps, cfg.ipe_scale, cfg.ema_ramp_steps, cfg.ema_ramp_epochs, ipe)}
 
 
+def length_notes(lengths: dict[str, Any]) -> dict[str, str]:
+    """Notes for `jepa train --print-config` beside the trainer's length keys ({key: note}): the warmup
+    of a run whose learning rate never reaches its peak (warmup_warning), so the printed recipe says
+    what training would warn about."""
+    warning = warmup_warning(lengths)
+    return {"warmup_steps": warning} if warning else {}
+
+
 def warmup_warning(lengths: dict[str, Any]) -> str | None:
     """The warning for a run whose learning rate never reaches its peak: a warmup (in updates) that is
     not shorter than the run's length, which a short run of a long recipe (`--steps 150` on a warmup
@@ -340,11 +348,12 @@ def parse_text(key: str, text: str, name: str) -> Any:
     return value
 
 
-def to_toml(config: TrainConfig) -> str:
+def to_toml(config: TrainConfig, trainer_notes: dict[str, str] | None = None) -> str:
     """A resolved configuration as a TOML recipe: every trainer key at the top level and the objective's
     options in its table. Keys whose value is None (TOML has no null) are left out: None is each such
     key's default, so reading the text back gives the same configuration. An objective's key whose
-    value came from the data carries a comment saying so (objectives/genconfig.py config_notes)."""
+    value came from the data carries a comment saying so (objectives/genconfig.py config_notes), and a
+    trainer key named in `trainer_notes` ({key: note}, e.g. length_notes) its note."""
     import tomli_w
 
     from jepa_cli.objectives.genconfig import config_notes
@@ -355,16 +364,16 @@ def to_toml(config: TrainConfig) -> str:
     document = without_none(config.to_dict())
     document[config.objective] = document.pop("objective_config")
     text = tomli_w.dumps(document)
-    notes = config_notes(config.objective, document[config.objective])
-    if not notes:
+    notes = {None: trainer_notes or {}, config.objective: config_notes(config.objective, document[config.objective])}
+    if not any(notes.values()):
         return text
     lines, table = text.splitlines(), None
-    for i, line in enumerate(lines):  # a comment after the key's line in the objective's table
+    for i, line in enumerate(lines):  # a comment after the key's line, in its own table
         if line.startswith("["):
             table = line.strip("[]")
         key = line.split(" = ", 1)[0]
-        if table == config.objective and key in notes:
-            lines[i] = f"{line}  # {notes[key]}"
+        if key in notes.get(table, {}):
+            lines[i] = f"{line}  # {notes[table][key]}"
     return "\n".join(lines) + "\n"
 
 

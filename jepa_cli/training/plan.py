@@ -100,20 +100,21 @@ def _resolve_objective(config: TrainConfig, ds: dict, lengths: dict, objective=N
     config.objective_config = objective_config_of(objective, config.objective_config)
     return objective
 
-def resolved_config(config: TrainConfig) -> TrainConfig:
-    """The configuration run.json would record for `config` (`jepa train --print-config`): the
-    objective's options completed from its defaults and the dataset. Reads the dataset's metadata;
-    writes nothing and builds no model."""
+def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+    """The configuration run.json would record for `config` (`jepa train --print-config`), the
+    objective's options completed from its defaults and the dataset, and the run's lengths in updates
+    (resolve_lengths). Reads the dataset's metadata; writes nothing and builds no model."""
     from jepa_cli.training.data import check_dataset
 
     if not config.data:
         raise InputError("--data is required (the dataset fills in the image size and channels)")
     config = dataclasses.replace(config, objective_config=dict(config.objective_config))
     ds = check_dataset(config.data)
-    _resolve_objective(config, ds, resolve_lengths(config, ds["num_samples"]))
+    lengths = resolve_lengths(config, ds["num_samples"])
+    _resolve_objective(config, ds, lengths)
     # total_updates is recomputed from the run's length (as on --resume), so an edited length stays consistent
     config.objective_config.pop("total_updates", None)
-    return config
+    return config, lengths
 
 
 def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_new_data: bool = False,
