@@ -4,6 +4,7 @@ training, written to metrics.jsonl, equal to `jepa probe knn` on the same checkp
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,15 @@ from click.testing import CliRunner
 from conftest import assert_user_error
 from test_encode import RECIPE, image_dataset
 
-TRAIN = ["train", "--config", str(RECIPE), "--steps", "4", "--batch-size", "8", "--mesh", "data=1", "-q"]
+TRAIN = ["train", "--pred-depth", "1", "--steps", "4", "--batch-size", "8", "--mesh", "data=1", "-q"]
+
+
+def one_block_recipe(folder) -> list[str]:
+    """--config of the tiny digits recipe with one encoder block (and one predictor block, TRAIN): a
+    quarter of its compile, the same probe."""
+    path = folder / "one-block.toml"
+    path.write_text(re.sub(r"(?m)^depth = 4", "depth = 1", RECIPE.read_text()))
+    return ["--config", str(path)]
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +32,8 @@ def probed(tmp_path_factory):
     data = image_dataset(root / "data.zarr", n=40, seed=0)
     probe_train = image_dataset(root / "probe-train.zarr", n=30, seed=1)
     probe_test = image_dataset(root / "probe-test.zarr", n=12, seed=2)
-    result = CliRunner().invoke(cli, [*TRAIN, "--data", str(data), "--out", str(root / "run"), "--save-every", "2",
+    result = CliRunner().invoke(cli, [*TRAIN, *one_block_recipe(root), "--data", str(data), "--out", str(root / "run"),
+                                      "--save-every", "2",
                                       "--probe-every", "2", "--probe-data", f"{probe_train},{probe_test}",
                                       "--probe-k", "5", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
@@ -90,7 +100,7 @@ def test_probe_run_with_attentive_or_step_without_run_is_one_line(probed, run_cl
 def _refused(run_cli, tmp_path, *extra, fragments=()):
     data = image_dataset(tmp_path / "data.zarr", n=40)
     out = tmp_path / "run"
-    assert_user_error(run_cli(*TRAIN, "--data", data, "--out", out, *extra), *fragments)
+    assert_user_error(run_cli(*TRAIN, *one_block_recipe(tmp_path), "--data", data, "--out", out, *extra), *fragments)
     assert not out.exists()
 
 
