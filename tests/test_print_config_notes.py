@@ -2,11 +2,13 @@
 
 import tomllib
 
+from jepa_cli.objectives.diffusion import DiffusionObjective
 from jepa_cli.training.config import build_config, to_toml
 
 
 def _printed(**objective_config) -> str:
-    return to_toml(build_config({"objective": "diffusion", "objective_config": objective_config}))
+    config = build_config({"objective": "diffusion", "objective_config": objective_config})
+    return to_toml(config, {"diffusion": DiffusionObjective.config_notes(config.objective_config)})
 
 
 def test_sigma_data_taken_from_standardised_latents_is_noted_beside_the_key():

@@ -290,7 +290,7 @@ def test_print_config_notes_a_warmup_as_long_as_the_run_beside_the_key():
     from jepa_cli.training.config import build_config, length_notes, to_toml
 
     text = to_toml(build_config({"steps": 150, "warmup_steps": 200}),
-                   length_notes({"steps": 150, "warmup_steps": 200}))
+                   {None: length_notes({"steps": 150, "warmup_steps": 200})})
     assert "warmup_steps = 200  # warmup_steps 200 is not shorter than the run's 150 updates" in text
     assert tomllib.loads(text)["warmup_steps"] == 200  # the comment keeps the recipe readable
     assert length_notes({"steps": 150, "warmup_steps": 20}) == {}

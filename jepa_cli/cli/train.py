@@ -138,12 +138,12 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
         options["betas"] = parse_text("betas", options["betas"], "--betas")
     env_values = _env_values(ctx)
     if print_config:
-        from jepa_cli.training.config import length_notes, to_toml
+        from jepa_cli.training.config import to_toml
         from jepa_cli.training.plan import resolved_config
 
-        config, lengths = resolved_config(resolve_config(_cli_values(options), config_path, resume=resume,
-                                                         env_values=env_values))
-        click.echo(to_toml(config, length_notes(lengths)), nl=False)
+        config, notes = resolved_config(resolve_config(_cli_values(options), config_path, resume=resume,
+                                                       env_values=env_values))
+        click.echo(to_toml(config, notes), nl=False)
         return 0
 
     from jepa_cli.training import distributed

@@ -26,7 +26,7 @@ from jepa_cli.errors import InputError
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.vit import DTYPES
 from jepa_cli.objectives.base import EMASpec, decay_matrices_only
-from jepa_cli.objectives.genconfig import MODALITIES, GenerativeConfig
+from jepa_cli.objectives.genconfig import MODALITIES, GenerativeConfig, config_notes
 
 
 def ema_decay(step, decay: float, power: float | None):
@@ -114,6 +114,12 @@ class GenerativeObjective:
                     out[key] = [float(v) for v in attrs[key]]
         out["modality"] = ds["modality"]  # last: the trainer adds these one by one, each must be valid
         return out
+
+    @classmethod
+    def config_notes(cls, table: dict[str, Any]) -> dict[str, str]:
+        """Notes for `jepa train --print-config` beside options of the resolved `table` whose value came
+        from the data ({key: note}; genconfig.config_notes)."""
+        return config_notes(cls.name, table)
 
     # -- parameters ------------------------------------------------------------------------------
     def init(self, key) -> dict:

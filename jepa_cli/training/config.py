@@ -348,15 +348,12 @@ def parse_text(key: str, text: str, name: str) -> Any:
     return value
 
 
-def to_toml(config: TrainConfig, trainer_notes: dict[str, str] | None = None) -> str:
+def to_toml(config: TrainConfig, notes: dict[str | None, dict[str, str]] | None = None) -> str:
     """A resolved configuration as a TOML recipe: every trainer key at the top level and the objective's
     options in its table. Keys whose value is None (TOML has no null) are left out: None is each such
-    key's default, so reading the text back gives the same configuration. An objective's key whose
-    value came from the data carries a comment saying so (objectives/genconfig.py config_notes), and a
-    trainer key named in `trainer_notes` ({key: note}, e.g. length_notes) its note."""
+    key's default, so reading the text back gives the same configuration. `notes` ({table: {key:
+    note}}, None for the top level) puts a comment after a key's line, e.g. where its value came from."""
     import tomli_w
-
-    from jepa_cli.objectives.genconfig import config_notes
 
     def without_none(table: dict) -> dict:
         return {k: without_none(v) if isinstance(v, dict) else v for k, v in table.items() if v is not None}
@@ -364,8 +361,7 @@ def to_toml(config: TrainConfig, trainer_notes: dict[str, str] | None = None) ->
     document = without_none(config.to_dict())
     document[config.objective] = document.pop("objective_config")
     text = tomli_w.dumps(document)
-    notes = {None: trainer_notes or {}, config.objective: config_notes(config.objective, document[config.objective])}
-    if not any(notes.values()):
+    if not any((notes or {}).values()):
         return text
     lines, table = text.splitlines(), None
     for i, line in enumerate(lines):  # a comment after the key's line, in its own table

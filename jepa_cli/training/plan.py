@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.errors import InputError
-from jepa_cli.training.config import TrainConfig, resolve_lengths
+from jepa_cli.training.config import TrainConfig, length_notes, resolve_lengths
 from jepa_cli.training.rundir import check_outputs, check_run_dir
 
 # make_probe(config, objective, abstract TrainState, RUN) -> probe(state) -> {metric: value}: the
@@ -100,10 +100,12 @@ def _resolve_objective(config: TrainConfig, ds: dict, lengths: dict, objective=N
     config.objective_config = objective_config_of(objective, config.objective_config)
     return objective
 
-def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str | None, dict[str, str]]]:
     """The configuration run.json would record for `config` (`jepa train --print-config`), the
-    objective's options completed from its defaults and the dataset, and the run's lengths in updates
-    (resolve_lengths). Reads the dataset's metadata; writes nothing and builds no model."""
+    objective's options completed from its defaults and the dataset, and notes for config.to_toml:
+    the trainer's (length_notes) and the objective class's `config_notes(table)` hook when it has one.
+    Reads the dataset's metadata; writes nothing and builds no model."""
+    from jepa_cli.objectives import OBJECTIVES
     from jepa_cli.training.data import check_dataset
 
     if not config.data:
@@ -114,7 +116,10 @@ def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     _resolve_objective(config, ds, lengths)
     # total_updates is recomputed from the run's length (as on --resume), so an edited length stays consistent
     config.objective_config.pop("total_updates", None)
-    return config, lengths
+    objective_notes = getattr(OBJECTIVES.get(config.objective), "config_notes", None)
+    notes = {None: length_notes(lengths),
+             config.objective: objective_notes(config.objective_config) if objective_notes else {}}
+    return config, notes
 
 
 def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_new_data: bool = False,
