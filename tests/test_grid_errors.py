@@ -1,5 +1,5 @@
 """A token grid too small for the masks is refused naming what the user set, for every JEPA objective
-(masks/validate.validate_token_grid): the input size and the patch size that made the grid (a
+(masks/checks.validate_token_grid): the input size and the patch size that made the grid (a
 `jepa train` flag, else the recipe key), never a --grid the objective derived, and the largest smaller
 --patch-size that fits, when there is one."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from jepa_cli.errors import InputError
 from jepa_cli.masks import MultiBlockConfig
-from jepa_cli.masks.validate import validate
+from jepa_cli.masks.checks import validate
 
 
 def _refusal(make) -> str:

@@ -5,7 +5,7 @@ are the official recipes' values; each line cites where the value comes from. Ea
 option declared once (jepa_cli/options.py): `jepa mask` and `jepa train` build their flags from it,
 so this module never imports JAX.
 
-The static sizes the configs imply live in masks/sizes.py, their checks in masks/validate.py,
+The static sizes the configs imply live in masks/sizes.py, their checks in masks/checks.py,
 and building one from command-line text in masks/parse.py.
 """
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from jepa_cli.errors import InputError
 from jepa_cli.masks.config import CONFIGS, MaskConfig
-from jepa_cli.masks.validate import validate
+from jepa_cli.masks.checks import validate
 
 def config_from_options(strategy: str, **options: Any) -> MaskConfig:
     """A validated config for `strategy` from keyword options; None values keep the defaults.

@@ -15,7 +15,7 @@ def sample(key: jax.Array, config: MaskConfig, batch_size: int) -> MaskSet:
     """A batch of masks for `config`; shapes depend only on (config, batch_size); same key, same masks.
 
     The config is validated when traced (InputError for one that cannot be sampled)."""
-    from jepa_cli.masks.validate import validate
+    from jepa_cli.masks.checks import validate
 
     validate(config)
     if isinstance(config, MultiBlockConfig):

@@ -182,7 +182,7 @@ class AudioJEPAConfig:
 
     @property
     def mask_config(self) -> RandomConfig:
-        from jepa_cli.masks.validate import validate, validate_token_grid
+        from jepa_cli.masks.checks import validate, validate_token_grid
 
         return validate_token_grid(lambda grid: validate(RandomConfig(grid=grid, ratio=self.ratio)), self,
                                    (self.frames, self.mel_bins), self.patch_shape, "spectrograms",

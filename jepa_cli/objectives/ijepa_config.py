@@ -171,7 +171,7 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     @property
     def mask_config(self):
         from jepa_cli.masks import MultiBlockConfig
-        from jepa_cli.masks.validate import validate, validate_token_grid
+        from jepa_cli.masks.checks import validate, validate_token_grid
 
         model, p = self.model_config, self.model_config.patch_size
         return validate_token_grid(lambda grid: validate(MultiBlockConfig(grid=grid, **dict(self.mask_options))),
