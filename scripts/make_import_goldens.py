@@ -144,7 +144,9 @@ class _MHA(nn.Module):
         return self.out_proj(context.flatten(-2))
 
 
-def audio_jepa(repo: Path) -> None:
+def audio_jepa_modules(repo: Path) -> types.SimpleNamespace:
+    """Audio-JEPA's model, callback and scheduler classes from a checkout, with flash_attn and Lightning
+    stood in for (neither is needed to build or run the models on CPU)."""
     _forget_src()
     _package("flash_attn")
     _package("flash_attn.modules")
@@ -161,6 +163,16 @@ def audio_jepa(repo: Path) -> None:
         from src.optimizers.warmup_cosine import WarmupCosineScheduler
     finally:
         sys.path.remove(str(repo))
+    return types.SimpleNamespace(MAWeightUpdate=MAWeightUpdate, VisionTransformer=VisionTransformer,
+                                 VisionTransformerPredictor=VisionTransformerPredictor,
+                                 CosineWDScheduler=CosineWDScheduler, WarmupCosineScheduler=WarmupCosineScheduler)
+
+
+def audio_jepa(repo: Path) -> None:
+    official = audio_jepa_modules(repo)
+    VisionTransformer, VisionTransformerPredictor = official.VisionTransformer, official.VisionTransformerPredictor
+    MAWeightUpdate, CosineWDScheduler = official.MAWeightUpdate, official.CosineWDScheduler
+    WarmupCosineScheduler = official.WarmupCosineScheduler
     g = torch.Generator().manual_seed(1)
     torch.manual_seed(1)
     # as configs/model/jepa.yaml instantiates them (norm_layer left at nn.LayerNorm), tiny
