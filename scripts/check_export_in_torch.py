@@ -206,6 +206,7 @@ def _ijepa_trainer_resume(repo: Path, path: Path, encoder, predictor, target) ->
 def check(name: str, repos: dict[str, Path], python: Path, work: Path) -> dict[str, float]:
     """Trains, exports and compares one family; returns the largest |difference| of each output."""
     import torch
+    import torch.nn as nn
     from safetensors.torch import load_file
 
     jepa = str(python.parent / "jepa")
@@ -226,17 +227,24 @@ def check(name: str, repos: dict[str, Path], python: Path, work: Path) -> dict[s
     make_encoder, predictor, shape, n, types_ = _official(name, repos, model)
     encoder, target = make_encoder(), make_encoder()
 
+    def parts(bare: bool):  # a module of the three parts: its strict load_state_dict refuses stray names
+        unwrap = (lambda m: m.backbone) if bare and name == "vjepa" else (lambda m: m)
+        holder = nn.Module()
+        holder.encoder, holder.predictor, holder.target_encoder = unwrap(encoder), unwrap(predictor), unwrap(target)
+        return holder
+
+    # safetensors --all: each model's own names under its part
+    parts(bare=True).load_state_dict(load_file(files["safetensors"]), strict=True)
+    from_safetensors = {k: v.clone() for k, v in parts(bare=False).state_dict().items()}
     checkpoint = torch.load(files["checkpoint"], weights_only=True, map_location="cpu")
     if name == "audio-jepa":  # Lightning: JEPAModule.load_state_dict(checkpoint["state_dict"])
-        parts = {part: {k[len(part) + 1:]: v for k, v in checkpoint["state_dict"].items() if k.startswith(part + ".")}
-                 for part in ("encoder", "predictor", "target_encoder")}
-    else:  # the official trainers load through DistributedDataParallel (module.)
-        parts = {part: _strip(checkpoint[part], "module.") for part in ("encoder", "predictor", "target_encoder")}
-    flat = load_file(files["safetensors"])
-    for part, module in (("encoder", encoder), ("predictor", predictor), ("target_encoder", target)):
-        bare = module.backbone if name == "vjepa" else module  # safetensors: the model's own names
-        bare.load_state_dict({k[len(part) + 1:]: v for k, v in flat.items() if k.startswith(part + ".")}, strict=True)
-        module.load_state_dict(parts[part], strict=True)  # the checkpoint's last: the forward uses these
+        parts(bare=False).load_state_dict(checkpoint["state_dict"], strict=True)
+    else:  # the official trainers load each part through DistributedDataParallel (module.)
+        assert sorted(checkpoint) == ["encoder", "epoch", "predictor", "target_encoder"], sorted(checkpoint)
+        for part, module in (("encoder", encoder), ("predictor", predictor), ("target_encoder", target)):
+            module.load_state_dict(_strip(checkpoint[part], "module."), strict=True)
+    for k, v in parts(bare=False).state_dict().items():  # the forward below uses the checkpoint's
+        assert torch.equal(v, from_safetensors[k]), f"{name}: {k} differs between the .safetensors and the checkpoint"
     probe = make_encoder()
     (probe.backbone if name == "vjepa" else probe).load_state_dict(load_file(files["encoder"]), strict=True)
     for k, v in probe.state_dict().items():
