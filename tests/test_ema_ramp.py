@@ -49,3 +49,24 @@ def test_the_as2m_recipe_stops_at_100k_updates_with_the_ema_ramp_over_50_epochs(
     end = 1.0 - 0.004 * (math.cos(math.pi * 100_000 / 390_600) + 1.0) / 2.0  # the momentum the run ends at
     assert float(objective.ema_spec.momentum(100_000)) == pytest.approx(end, abs=1e-6)
     assert end == pytest.approx(0.99661, abs=1e-5)
+
+
+def test_ema_inspect_draws_the_whole_ramp_when_it_is_longer_than_the_run(run_cli, tmp_path):
+    import json
+
+    import numpy as np
+
+    from jepa_cli.data import store
+
+    data, run = tmp_path / "toy.zarr", tmp_path / "run"
+    store.write_group(data, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(data / "inputs", np.random.default_rng(0).integers(0, 256, (32, 8, 8, 1), dtype=np.uint8))
+    r = run_cli("train", "--objective", "toy_objective:make", "--mesh", "data=1", "--batch-size", "16",
+                "--data", data, "--out", run, "--steps", "2", "--ema-ramp-steps", "10", "--json")
+    assert r.exit_code == 0, r.stderr
+    r = run_cli("ema-inspect", run, "--json")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["total_steps"] == 10  # the ramp's 10 updates, not the run's 2 (t_max 2 at ipe_scale 1)
+    assert report["schedule"][-1] == {"step": 10, "momentum": 1.0}  # the toy ramp 0.99 -> 1.0 over 10
+    assert report["momentum"] == pytest.approx(0.99 + 2 * 0.01 / 10)

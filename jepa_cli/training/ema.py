@@ -3,6 +3,7 @@ parameters, per top-level module of the averaged subtree. Works for any objectiv
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,7 +25,10 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
     if spec is None:
         raise InputError(f"{run_dir}: the {config.get('objective')!r} objective keeps no EMA")
     lengths = read_run(run_dir).get("lengths", {})
+    # the schedule is drawn to the end of the longer of the LR horizon and the EMA ramp, which
+    # ema_ramp_steps / ema_ramp_epochs may set apart from it: the whole ramp shows
     total = int(lengths.get("t_max") or lengths.get("steps") or max(ckpt_step, 1))
+    total = max(total, math.ceil(float(lengths.get("ema_t_max") or 0)))
     if at is not None and at < 0:
         raise InputError(f"--at must be >= 0, got {at}")
     momentum = jax.jit(spec.momentum)
