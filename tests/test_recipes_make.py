@@ -134,7 +134,7 @@ def test_the_folder_recipe_splits_one_folder_and_needs_its_source(tmp_path):
 def test_the_audio_and_video_recipes_are_the_quickstart_with_their_source_shape_and_recipe(tmp_path):
     audio = _plan("audio-jepa-tones.mk", cwd=tmp_path).stdout
     assert "jepa ingest 'builtin:tones' 'tones/data-train.zarr' --sample-rate 16000 --seconds 1 --split train" in audio
-    assert "audio-jepa-tones-tiny.toml" in audio and "--size" not in audio
+    assert "audio-jepa-small.toml" in audio and "--size" not in audio
     video = _plan("vjepa-moving-digits.mk", cwd=tmp_path).stdout
     assert "jepa ingest 'builtin:moving-digits' 'moving-digits/data-test.zarr'  --split test --seed 0" in video
     assert "vjepa-moving-digits-tiny.toml" in video
