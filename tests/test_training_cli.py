@@ -142,21 +142,16 @@ def test_print_config_is_the_recorded_configuration(trained, tmp_path):
     assert again.exit_code == 0 and again.stdout == r.stdout
 
 
-def test_a_redirected_stderr_gets_one_plain_line_every_log_every_updates(trained, tmp_path):
+def test_a_redirected_stderr_gets_one_plain_line_every_log_every_updates(resumed):
     import re
-    import shutil
 
-    run = tmp_path / "run"
-    shutil.copytree(trained["run"], run)
-    r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "46", "--log-every", "3")
-    assert r.exit_code == 0, r.stderr
-    lines = r.stderr.splitlines()
-    assert lines[0].startswith(f"run {run}: steps 40 -> 46")
+    lines = resumed["stderr"].splitlines()
+    assert lines[0].startswith(f"run {resumed['run']}: steps 40 -> 46")
     steps = [line for line in lines if line.startswith("step ")]
     assert [s.split()[1] for s in steps] == ["42/46", "45/46", "46/46"]
     pattern = r"step \d+/46 loss \d+\.\d{4} lr \d\.\d\de-\d\d [\d,]+ ex/s ETA \d+(m\d\d)?s"
     assert all(re.fullmatch(pattern, s) for s in steps), steps
-    assert "\x1b" not in r.stderr and ".py:" not in r.stderr  # no colour codes, no rich source tags
+    assert "\x1b" not in resumed["stderr"] and ".py:" not in resumed["stderr"]  # no colour codes, no rich source tags
 
 
 def test_plot_draws_the_runs_curves_once_and_refuses_what_it_cannot(trained, tmp_path):
@@ -195,21 +190,13 @@ def _tensorboard_scalars(directory) -> dict:
     return out
 
 
-def test_tensorboard_gets_the_rows_of_metrics_jsonl(trained, tmp_path):
-    import shutil
-
-    run = tmp_path / "run"
-    shutil.copytree(trained["run"], run)
-    board = tmp_path / "board"
-    r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "42", "--tensorboard", board,
-             "-q")
-    assert r.exit_code == 0, r.stderr
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-2:]
-    scalars = _tensorboard_scalars(board)
+def test_tensorboard_gets_the_rows_of_metrics_jsonl(resumed):
+    rows = resumed["rows"]
+    scalars = _tensorboard_scalars(resumed["board"])
     for row in rows:
         assert scalars[("loss", row["step"])] == pytest.approx(row["loss"], rel=1e-6)
         assert scalars[("lr", row["step"])] == pytest.approx(row["lr"], rel=1e-6)
-    assert {step for _, step in scalars} == {41, 42}
+    assert {step for _, step in scalars} == {42, 45, 46}
 
 
 class _WandbDouble:
@@ -229,23 +216,32 @@ class _WandbDouble:
         self.calls.append(("finish",))
 
 
-def test_wandb_gets_the_rows_of_metrics_jsonl_at_their_steps(trained, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def resumed(trained, tmp_path_factory):
+    """One resume of the trained run, 40 -> 46 logging every 3 updates, to TensorBoard and to a recorded
+    wandb, its stderr redirected: the three sinks' tests read this one training."""
     import shutil
     import sys
 
-    wandb = _WandbDouble()
-    monkeypatch.setitem(sys.modules, "wandb", wandb)
-    run = tmp_path / "run"
+    root = tmp_path_factory.mktemp("resumed")
+    run, board, wandb = root / "run", root / "board", _WandbDouble()
     shutil.copytree(trained["run"], run)
-    r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "42", "--wandb", "jepa-test",
-             "-q")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "wandb", wandb)
+        r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "46", "--log-every", "3",
+                 "--tensorboard", board, "--wandb", "jepa-test")
     assert r.exit_code == 0, r.stderr
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-2:]
-    (_, init), *logged, finished = wandb.calls
-    assert (init["project"], init["name"], init["dir"]) == ("jepa-test", "run", str(run))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][40:]
+    assert [row["step"] for row in rows] == [42, 45, 46]
+    return {"run": run, "board": board, "wandb": wandb.calls, "stderr": r.stderr, "rows": rows}
+
+
+def test_wandb_gets_the_rows_of_metrics_jsonl_at_their_steps(resumed):
+    (_, init), *logged, finished = resumed["wandb"]
+    assert (init["project"], init["name"], init["dir"]) == ("jepa-test", "run", str(resumed["run"]))
     assert init["config"]["wandb"] == "jepa-test" and init["config"]["objective"] == "ijepa"
-    assert [step for _, _, step in logged] == [41, 42] and finished == ("finish",)
-    for (_, data, _), row in zip(logged, rows):
+    assert [step for _, _, step in logged] == [42, 45, 46] and finished == ("finish",)
+    for (_, data, _), row in zip(logged, resumed["rows"], strict=True):
         assert data["loss"] == pytest.approx(row["loss"], rel=1e-6) and "step" not in data
 
 
