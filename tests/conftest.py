@@ -45,6 +45,25 @@ def run_cli():
     return run
 
 
+def read_zarr(path: Path):
+    """The whole array at `path` (a zarr v3 array written by jepa) as numpy."""
+    import tensorstore as ts
+
+    return ts.open({"driver": "zarr3", "kvstore": f"file://{path}"}).result().read().result()
+
+
+def zarr_attributes(path: Path) -> dict:
+    """The attributes of the zarr group at `path` (its zarr.json)."""
+    import json
+
+    return json.loads((path / "zarr.json").read_text())["attributes"]
+
+
+def nothing_written(parent: Path, name: str) -> bool:
+    """No `name` in `parent`, and none of the hidden partials (`.name.*`) that atomic writes stage there."""
+    return not any(p.name == name or p.name.startswith(f".{name}.") for p in parent.iterdir())
+
+
 def assert_user_error(result: CliResult, *fragments: str) -> None:
     """Exit 2, exactly one line on stderr starting `jepa: error:`, naming every fragment, no traceback."""
     assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)

@@ -12,22 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorstore as ts
 from PIL import Image
 
-from conftest import assert_user_error
-
-
-def read(path: Path) -> np.ndarray:
-    return ts.open({"driver": "zarr3", "kvstore": f"file://{path}"}).result().read().result()
-
-
-def group_attributes(path: Path) -> dict:
-    return json.loads((path / "zarr.json").read_text())["attributes"]
-
-
-def nothing_written(parent: Path, name: str) -> bool:
-    return not any(p.name == name or p.name.startswith(f".{name}.") for p in parent.iterdir())
+from conftest import assert_user_error, nothing_written
+from conftest import read_zarr as read
+from conftest import zarr_attributes as group_attributes
 
 
 def write_idx(path: Path, array: np.ndarray, magic_type: int = 0x08) -> None:

@@ -7,24 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import tensorstore as ts
 from PIL import Image
 
-from conftest import assert_user_error
+from conftest import assert_user_error, nothing_written
+from conftest import read_zarr as read
+from conftest import zarr_attributes as attrs
 
 SESSIONS = ("s0", "s1", "s2", "s3", "s4")
-
-
-def read(path: Path) -> np.ndarray:
-    return ts.open({"driver": "zarr3", "kvstore": f"file://{path}"}).result().read().result()
-
-
-def attrs(path: Path) -> dict:
-    return json.loads((path / "zarr.json").read_text())["attributes"]
-
-
-def nothing_written(parent: Path, name: str) -> bool:
-    return not any(p.name == name or p.name.startswith(f".{name}.") for p in parent.iterdir())
 
 
 def png(path: Path, value: int) -> None:
