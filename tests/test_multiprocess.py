@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
-from adversarial import ROOT, run_jepa
+from adversarial import ROOT
 
 RECIPE = """
 objective = "ijepa"
@@ -88,7 +89,11 @@ def _free_port() -> int:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("multiprocess")
     (root / "recipe.toml").write_text(RECIPE)
-    assert run_jepa("ingest", "builtin:digits", root / "d.zarr", "--limit", 96, "-q").returncode == 0
+    from jepa_cli.cli.main import cli
+
+    # the dataset is written in this process: only the trainings need processes of their own
+    ingest = CliRunner().invoke(cli, ["ingest", "builtin:digits", str(root / "d.zarr"), "--limit", "96", "-q"])
+    assert ingest.exit_code == 0, ingest.output
     common = ["--config", root / "recipe.toml", "--data", root / "d.zarr", "-q", "--json"]
     single = root / "single"
     single_ends = _train_until_terminated([_start([*common, "--out", single], 4)], single, 3)
