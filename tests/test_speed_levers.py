@@ -11,6 +11,8 @@ from jepa_cli.errors import InputError
 from jepa_cli.models import ModelConfig, to_pure
 
 TINY = dict(model="tiny", width=32, depth=2, heads=4, patch_size=4, image_size=16, pred_depth=2, pred_width=32)
+# one compiled program per call shape instead of running the modules op by op (each op a dispatch)
+run = nnx.jit(lambda module, *args: module(*args))
 
 
 def _masks(b=2, m=3, k=9, t=5, seed=0):
@@ -30,8 +32,8 @@ def test_dot_product_attention_equals_the_xla_attention_to_1e_5_on_encoder_and_p
     for impl in ("xla", "dot_product"):
         config = ModelConfig(**TINY, attention_impl=impl)
         encoder, predictor = config.encoder(nnx.Rngs(0)), config.predictor(nnx.Rngs(1))
-        z = encoder(images, ctx, ctx_valid)
-        outputs[impl] = (encoder(images), z, predictor(z, ctx, ctx_valid, tgt, tgt_valid))
+        z = run(encoder, images, ctx, ctx_valid)
+        outputs[impl] = (run(encoder, images), z, run(predictor, z, ctx, ctx_valid, tgt, tgt_valid))
     valid = np.asarray(ctx_valid)[..., None]
     for (xla, fused), where in zip(zip(outputs["xla"], outputs["dot_product"]), (True, valid, True)):
         np.testing.assert_allclose(np.where(where, fused, 0), np.where(where, xla, 0), atol=1e-5, rtol=0)
@@ -62,9 +64,9 @@ def test_the_predictor_runs_every_target_set_in_one_call_equal_to_one_call_per_s
     predictor = config.predictor(nnx.Rngs(1))
     z = jax.random.normal(jax.random.key(3), (2, 9, 32))
     ctx, ctx_valid, tgt, tgt_valid = _masks()
-    batched = predictor(z, ctx, ctx_valid, tgt, tgt_valid)  # [B, M, T, D]
+    batched = run(predictor, z, ctx, ctx_valid, tgt, tgt_valid)  # [B, M, T, D]
     for i in range(tgt.shape[1]):
-        one = predictor(z, ctx, ctx_valid, tgt[:, i:i + 1], tgt_valid[:, i:i + 1])
+        one = run(predictor, z, ctx, ctx_valid, tgt[:, i:i + 1], tgt_valid[:, i:i + 1])
         np.testing.assert_allclose(batched[:, i:i + 1], one, atol=1e-5, rtol=0)
 
 
