@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.models.mixer_pattern import parse_mixer
-from jepa_cli.models.vit import _blocks, run_blocks
+from jepa_cli.models.block import _blocks, run_blocks
 
 PATTERNS = {"attn": "attn", "s5": "s5", "hybrid 3:1": "s5,s5,s5,attn"}
 

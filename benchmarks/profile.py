@@ -10,7 +10,7 @@ device, the default masks). Each instruction of the compiled (optimised) HLO mod
 class from its opcode and the Python frames JAX recorded for it:
 
 - matmuls: dots and convolutions outside attention (the Linear layers, the patch embedding);
-- attention: what `Attention.__call__` (models/vit.py) traced itself: QK^T, the mask, softmax, AV;
+- attention: what `Attention.__call__` (models/block.py) traced itself: QK^T, the mask, softmax, AV;
 - gathers/scatters: gather, scatter, dynamic-slice and sort (picking context and target tokens,
   their gradients, the scan orders);
 - optimizer+EMA: the gradient norm, AdamW (training/optimizer.py, optax) and the EMA update
@@ -139,7 +139,7 @@ def _regions() -> dict[str, tuple[str, str, range | None]]:
     source, first = inspect.getsourcelines(step.make_step_fn)
     begin = next(i for i, s in enumerate(source) if "tx.update(" in s) - 1  # the gradient norm, then AdamW
     end = next(i for i, s in enumerate(source) if "new = TrainState(" in s)  # ... and the EMA
-    return {"attention": ("models/vit.py", "Attention.__call__", None),
+    return {"attention": ("models/block.py", "Attention.__call__", None),
             "optimizer+EMA": ("training/step.py", "make_step_fn.<locals>.step_fn", range(first + begin, first + end))}
 
 

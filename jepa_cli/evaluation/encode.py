@@ -313,7 +313,7 @@ def _check_finite(params: Any, what: str) -> None:
     embedding would be NaN, so nothing is encoded."""
     import jax
 
-    from jepa_cli.models.vit import first_non_finite
+    from jepa_cli.models.template import first_non_finite
 
     found = first_non_finite(params)
     if found is not None:

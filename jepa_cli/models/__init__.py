@@ -14,7 +14,8 @@ from jepa_cli.lazy import lazy_exports
 _EXPORTS = {
     "MODEL_SIZES": "config", "ModelConfig": "config", "ModelSize": "config", "VideoModelConfig": "config",
     "ModuleTemplate": "template", "to_pure": "template", "VisionTransformer": "vit",
-    "VisionTransformerPredictor": "vit", "param_count": "vit", "first_non_finite": "vit", "trunc_normal": "vit",
+    "VisionTransformerPredictor": "vit", "param_count": "template", "first_non_finite": "template",
+    "trunc_normal": "block",
     "sincos_1d_from_grid": "pos_embed", "sincos_2d": "pos_embed", "sincos_3d": "pos_embed",
 }  # name -> the module that defines it
 

@@ -194,7 +194,8 @@ class ModelConfig:
         return DTYPES[self.dtype]
 
     def encoder(self, rngs) -> "VisionTransformer":
-        from jepa_cli.models.vit import VisionTransformer, use_attention
+        from jepa_cli.models.block import use_attention
+        from jepa_cli.models.vit import VisionTransformer
 
         return use_attention(VisionTransformer(
             image_size=_pair(self.image_size),
@@ -212,7 +213,8 @@ class ModelConfig:
         ), self.attention_impl)
 
     def predictor(self, rngs) -> "VisionTransformerPredictor":
-        from jepa_cli.models.vit import VisionTransformerPredictor, use_attention
+        from jepa_cli.models.block import use_attention
+        from jepa_cli.models.vit import VisionTransformerPredictor
 
         return use_attention(VisionTransformerPredictor(
             grid=self.grid,
@@ -253,7 +255,8 @@ class VideoModelConfig(ModelConfig):
         return d * h * w
 
     def encoder(self, rngs) -> "VisionTransformer":
-        from jepa_cli.models.vit import VisionTransformer, use_attention
+        from jepa_cli.models.block import use_attention
+        from jepa_cli.models.vit import VisionTransformer
 
         return use_attention(VisionTransformer(
             image_size=_pair(self.image_size), patch_size=self.patch_size, channels=self.channels,
@@ -264,7 +267,8 @@ class VideoModelConfig(ModelConfig):
         ), self.attention_impl)
 
     def predictor(self, rngs, num_mask_tokens: int = 2) -> "VisionTransformerPredictor":
-        from jepa_cli.models.vit import VisionTransformerPredictor, use_attention
+        from jepa_cli.models.block import use_attention
+        from jepa_cli.models.vit import VisionTransformerPredictor
 
         return use_attention(VisionTransformerPredictor(
             grid=self.grid3d, embed_dim=self.embed_dim, width=self.pred_width, depth=self.pred_depth,

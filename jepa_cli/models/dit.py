@@ -1,10 +1,10 @@
-"""Class-conditional DiT (Peebles & Xie 2023) over a token sequence, built from vit.Block.
+"""Class-conditional DiT (Peebles & Xie 2023) over a token sequence, built from block.Block.
 
 The model sees tokens [B, L, in_dim] (image patches flattened, or pieces of a latent vector, or
 latent tokens: the objective makes them) and returns [B, L, out_dim]. Conditioning: a sinusoidal
 embedding of the noise level through a 2-layer SiLU MLP, plus a label embedding with one extra
 null class (index num_classes) for classifier-free guidance; blocks are adaLN-Zero modulated
-(vit.Block with cond_dim) and the final layer is modulated (shift, scale) with a zero-initialised
+(block.Block with cond_dim) and the final layer is modulated (shift, scale) with a zero-initialised
 projection, so the untrained model outputs 0. `mixers` (one per block, 'attn' or 's5') puts S5
 mixers (models/s5.py) in some blocks, modulated the same way; the blocks see a 2D grid's tokens in
 `scan_order` (models/scan_order.py) and a 1D sequence's in its own order.
@@ -20,7 +20,8 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.models.pos_embed import sincos_1d_from_grid, sincos_2d
-from jepa_cli.models.vit import Block, Linear, ZeroLinear, _plain_layer_norm, modulate, to_scan_order, trunc_normal
+from jepa_cli.models.block import Block, Linear, ZeroLinear, _plain_layer_norm, modulate, trunc_normal
+from jepa_cli.models.scan_order import to_scan_order
 
 _zeros = nnx.initializers.zeros_init()
 FREQ_DIM = 256  # DiT's TimestepEmbedder frequency_embedding_size

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from jepa_cli.errors import InputError
 
-MIXERS = ("attn", "s5")  # attn: models/vit.py Attention; s5: models/s5.py S5Mixer
+MIXERS = ("attn", "s5")  # attn: models/block.py Attention; s5: models/s5.py S5Mixer
 SCAN_ORDERS = ("raster", "serpentine", "hilbert")  # models/scan_order.py
-ATTENTION_IMPLS = ("xla", "dot_product")  # models/vit.py Attention.impl
+ATTENTION_IMPLS = ("xla", "dot_product")  # models/block.py Attention.impl
 # the objectives whose models take the mixer options (`jepa train --help` names them): the JEPA encoders
 # and predictors (ModelConfig) and the generative objectives' DiT (GenerativeConfig)
 MIXER_APPLIES = ("ijepa", "vjepa", "audio-jepa", "flow", "diffusion")

@@ -133,13 +133,13 @@ class S5Mixer(nnx.Module):
     that adaLN-Zero and the residual see a projection like attention's."""
 
     def __init__(self, dim: int, state: int, dtype, rngs: nnx.Rngs):
-        from jepa_cli.models.vit import _linear
+        from jepa_cli.models.block import _linear
 
         self.dtype = dtype
         self.ssm = S5(dim, state, rngs)
         self.proj = _linear(dim, dim, dtype, rngs)
 
     def __call__(self, x, valid=None):
-        from jepa_cli.models.vit import gelu
+        from jepa_cli.models.block import gelu
 
         return self.proj(gelu(self.ssm(x, valid)).astype(self.dtype))

@@ -5,10 +5,14 @@ spectrogram rows are frames). A scan order is a permutation of those raster indi
 (`scan_rank`) gives each raster index its place in the scan. 2D orders apply to the (rows, columns)
 plane; a 3D grid (frames, rows, columns) is scanned frame after frame, each frame in the 2D order.
 Positions are unaffected: tokens keep their sin-cos embedding of the grid cell they came from.
+`to_scan_order` sorts a batch of tokens into a scan order and gives the way back.
 """
 
 from __future__ import annotations
 
+import functools
+
+import jax.numpy as jnp
 import numpy as np
 
 from jepa_cli.errors import InputError
@@ -63,3 +67,28 @@ def scan_rank(grid: tuple[int, ...], order: str = "raster") -> np.ndarray:
     rank = np.empty_like(perm)
     rank[perm] = np.arange(perm.size, dtype=np.int32)
     return rank
+
+
+@functools.lru_cache(maxsize=64)
+def _rank(grid: tuple[int, ...], order: str) -> np.ndarray:
+    return scan_rank(grid, order)
+
+
+def to_scan_order(x, positions, valid, grid: tuple[int, ...], order: str):
+    """Tokens x [B, L, D] sorted into the scan `order` of `grid`: (x, valid, back), where back(y)
+    puts y [B, L, ...] into the original slots again. `positions` int [B, L] are the tokens' raster
+    indices (None: x is the whole grid in raster order); invalid slots (valid [B, L] False) go last,
+    so a recurrence reaches them only after every valid token."""
+    rank = _rank(tuple(grid), order)
+    if positions is None:
+        perm = np.argsort(rank)  # static: the scan's raster indices
+        inverse = jnp.asarray(rank)
+        return (x[:, perm], None if valid is None else valid[:, perm],
+                lambda y: jnp.take(y, inverse, axis=1))
+    key = jnp.asarray(rank)[positions]
+    if valid is not None:
+        key = jnp.where(valid, key, rank.size)
+    perm = jnp.argsort(key, axis=1, stable=True)  # [B, L]
+    inverse = jnp.argsort(perm, axis=1)
+    take = lambda y, p: jnp.take_along_axis(y, p.reshape(*p.shape, *(1,) * (y.ndim - 2)), axis=1)  # noqa: E731
+    return take(x, perm), None if valid is None else take(valid, perm), lambda y: take(y, inverse)

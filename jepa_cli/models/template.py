@@ -1,6 +1,7 @@
 """Modules across the Objective seam: ``to_pure`` turns a module into a nested dict of arrays
 (string keys only, so that checkpoints and path-based sharding see plain names) and a
-``ModuleTemplate`` rebuilds a module from such a dict (inside jit too)."""
+``ModuleTemplate`` rebuilds a module from such a dict (inside jit too); ``param_count`` and
+``first_non_finite`` read such a dict."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any, Callable, Hashable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-from jepa_cli.models.vit import trunc_normal
+from jepa_cli.models.block import trunc_normal
 
 
 def _str_keys(tree):
@@ -121,3 +123,17 @@ class ModuleTemplate:
         state = jax.tree.map(lambda v: v, self.abstract_state)
         nnx.replace_by_pure_dict(state, params)
         return nnx.merge(self.graphdef, state)
+
+
+def param_count(tree) -> int:
+    return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(tree)))
+
+
+def first_non_finite(tree) -> tuple[tuple, int, int] | None:
+    """The first float leaf of a parameter tree that holds NaN or inf, as (its key path, how many such
+    values, its size); None when every value is finite (a diverged run's weights are not)."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        value = np.asarray(leaf)
+        if value.dtype.kind in "fc" and not np.isfinite(value).all():
+            return path, int(value.size - np.count_nonzero(np.isfinite(value))), int(value.size)
+    return None

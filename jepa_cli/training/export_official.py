@@ -121,7 +121,7 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     parts, step, epoch, tensor and parameter counts, bytes."""
     from jepa_cli.data.atomic import check_output_file, write_file
     from jepa_cli.evaluation.encode import WEIGHTS
-    from jepa_cli.models.vit import first_non_finite
+    from jepa_cli.models.template import first_non_finite
     from jepa_cli.training.run import load_run, read_run
 
     kind = format_of(output)

@@ -170,7 +170,7 @@ def official_parts(checkpoint: Any, source: Path, family: str = "ijepa") -> dict
 
 def check_finite(parts: Mapping[str, Mapping[str, np.ndarray]], source: Path) -> None:
     """InputError naming the tensor for one that holds NaN or inf (a diverged run's weights)."""
-    from jepa_cli.models.vit import first_non_finite
+    from jepa_cli.models.template import first_non_finite
 
     for key, part in parts.items():
         found = first_non_finite(part)

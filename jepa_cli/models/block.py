@@ -1,0 +1,267 @@
+"""The pre-norm transformer block of the ViT encoder, the I-JEPA predictor and the DiT
+(models/dit.py), its parts, and the stack that runs a sequence of them (Flax NNX).
+
+As the official I-JEPA src/models/vision_transformer.py Block: LayerNorm (eps 1e-6 unless
+`norm_eps` says otherwise), multi-head attention with qkv bias, LayerNorm, exact-GELU MLP. Every
+Linear weight is trunc-normal(0.02) (PyTorch's ``trunc_normal_``: a normal of std 0.02 cut at +-2,
+i.e. effectively untruncated), biases 0, LayerNorm (1, 0). Parameters are float32; ``dtype`` is the
+compute dtype of matmuls and attention. With bfloat16 the rest is float32 as under the official
+code's torch.cuda.amp.autocast: LayerNorm and the softmax (its logits are cast up), so only Linear
+outputs are bf16. Attention takes ``key_valid`` bool [B, L]: invalid slots are masked out as keys.
+
+A block mixes tokens by attention (the default) or, per block (``mixers``, option `mixer`), by a
+bidirectional S5 recurrence (models/s5.py); with `cond_dim` it is DiT's adaLN-Zero block.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jepa_cli.errors import InputError
+from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS
+
+
+def trunc_normal(std: float = 0.02):
+    """PyTorch ``trunc_normal_(std=std)`` (bounds +-2 absolute): for std 0.02 a plain normal."""
+
+    def init(key, shape, dtype=jnp.float32):
+        x = jax.random.truncated_normal(key, -2.0 / std, 2.0 / std, shape, jnp.float32)
+        return (x * std).astype(dtype)
+
+    return init
+
+
+_zeros = nnx.initializers.zeros_init()
+
+
+class Linear(nnx.Linear):
+    """nnx.Linear applied to a 2-D view of the tokens [..., din] -> [..., dout].
+
+    Same parameters and maths; XLA:CPU computes the weight gradient of a 2-D dot about twice as
+    fast as that of a dot contracting several leading axes (benchmarks/train_step.py).
+    """
+
+    def __call__(self, x):
+        lead = x.shape[:-1]
+        y = super().__call__(x.reshape(-1, x.shape[-1]))
+        return y.reshape(*lead, y.shape[-1])
+
+
+def _linear(din, dout, dtype, rngs):
+    return Linear(
+        din, dout, kernel_init=trunc_normal(), bias_init=_zeros,
+        dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
+    )
+
+
+NORM_EPS = 1e-6  # I-JEPA / V-JEPA vit_*: partial(nn.LayerNorm, eps=1e-6)
+
+
+def _layer_norm(dim, dtype, rngs, eps: float = NORM_EPS):
+    """LayerNorm in float32 whatever the compute dtype: torch autocast runs layer_norm in float32."""
+    del dtype
+    return nnx.LayerNorm(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
+
+
+class Attention(nnx.Module):
+    """Multi-head self-attention. `impl` (set on a built model by `use_attention`): 'xla' the einsums
+    and float32 softmax written out below (the official maths); 'dot_product' jax.nn.dot_product_attention,
+    which takes cuDNN's fused flash attention on a GPU where it applies and the same maths elsewhere."""
+
+    impl = "xla"
+
+    def __init__(self, dim: int, heads: int, dtype, rngs: nnx.Rngs):
+        self.heads = heads
+        self.dtype = dtype
+        self.qkv = _linear(dim, 3 * dim, dtype, rngs)
+        self.proj = _linear(dim, dim, dtype, rngs)
+
+    def __call__(self, x, key_valid=None):
+        n, length, dim = x.shape
+        hd = dim // self.heads
+        qkv = self.qkv(x).reshape(n, length, 3, self.heads, hd)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if self.impl == "dot_product":
+            mask = None if key_valid is None else key_valid[:, None, None, :]
+            return self.proj(jax.nn.dot_product_attention(q, k, v, mask=mask).reshape(n, length, dim))
+        logits = jnp.einsum("nqhd,nkhd->nhqk", q * jnp.asarray(hd**-0.5, q.dtype), k)
+        logits = logits.astype(jnp.float32)
+        if key_valid is not None:
+            logits = jnp.where(key_valid[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
+        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        out = jnp.einsum("nhqk,nkhd->nqhd", weights, v).reshape(n, length, dim)
+        return self.proj(out)
+
+
+@jax.custom_vjp
+def gelu(x):
+    """Exact (erf) GELU, as torch.nn.GELU in the official code: x * Phi(x).
+
+    Same values as jax.nn.gelu(approximate=False); the custom backward reuses Phi(x) from the
+    forward pass, where autodiff of erf made XLA:CPU recompute it (the MLP backward ran 2.3x slower).
+    """
+    return x * _normal_cdf(x)
+
+
+def _normal_cdf(x):
+    return 0.5 * (1.0 + jax.lax.erf(x * np.asarray(1.0 / np.sqrt(2.0), x.dtype)))
+
+
+def _gelu_forward(x):
+    cdf = _normal_cdf(x)
+    return x * cdf, (x, cdf)
+
+
+def _gelu_backward(residuals, grad):
+    x, cdf = residuals
+    density = jnp.exp(-0.5 * x * x) * np.asarray(1.0 / np.sqrt(2.0 * np.pi), x.dtype)  # phi(x)
+    return (grad * (cdf + x * density),)
+
+
+gelu.defvjp(_gelu_forward, _gelu_backward)
+
+
+class Mlp(nnx.Module):
+    def __init__(self, dim: int, hidden: int, dtype, rngs: nnx.Rngs):
+        self.fc1 = _linear(dim, hidden, dtype, rngs)
+        self.fc2 = _linear(hidden, dim, dtype, rngs)
+
+    def __call__(self, x):
+        return self.fc2(gelu(self.fc1(x)))
+
+
+class ZeroLinear(nnx.Module):
+    """A Linear whose weights start at zero (leaf names `zero_kernel`/`zero_bias`, which
+    models/template.py INIT_RULES fills with zeros): DiT's adaLN-Zero modulation and final projection."""
+
+    def __init__(self, din: int, dout: int, dtype, rngs: nnx.Rngs):
+        self.dtype = dtype
+        self.zero_kernel = nnx.Param(jnp.zeros((din, dout), jnp.float32))
+        self.zero_bias = nnx.Param(jnp.zeros((dout,), jnp.float32))
+
+    def __call__(self, x):
+        lead = x.shape[:-1]
+        y = x.reshape(-1, x.shape[-1]).astype(self.dtype) @ self.zero_kernel[...].astype(self.dtype)
+        y = y + self.zero_bias[...].astype(self.dtype)
+        return y.reshape(*lead, y.shape[-1])
+
+
+def modulate(x, shift, scale):
+    """DiT's adaLN: x * (1 + scale) + shift, with shift/scale [B, D] broadcast over tokens."""
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block. With `cond_dim` it is DiT's adaLN-Zero block (Peebles & Xie
+    2023, Sec. 3.2): the norms lose their affine parameters and a zero-initialised Linear of
+    SiLU(cond) gives shift/scale/gate for attention and MLP; without it (the JEPA encoder and
+    predictor) it is the plain block, unchanged. `mixer` 's5' puts an S5 mixer (`ssm`, state size
+    `ssm_state`) where attention (`attn`) is; the rest of the block is the same."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs,
+                 cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64, norm_eps: float = NORM_EPS):
+        affine = cond_dim is None
+        norm = functools.partial(_layer_norm, eps=norm_eps) if affine else _plain_layer_norm
+        self.norm1 = norm(dim, dtype, rngs)
+        if mixer == "attn":
+            self.attn = Attention(dim, heads, dtype, rngs)
+        else:
+            from jepa_cli.models.s5 import S5Mixer
+
+            self.ssm = S5Mixer(dim, ssm_state, dtype, rngs)
+        self.norm2 = norm(dim, dtype, rngs)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
+        self.modulation = None if affine else ZeroLinear(cond_dim, 6 * dim, dtype, rngs)
+
+    def __call__(self, x, key_valid=None, cond=None):
+        mix = self.attn if hasattr(self, "attn") else self.ssm
+        if self.modulation is None:
+            x = x + mix(self.norm1(x), key_valid)
+            return x + self.mlp(self.norm2(x))
+        s1, c1, g1, s2, c2, g2 = jnp.split(self.modulation(jax.nn.silu(cond)), 6, axis=-1)
+        x = x + g1[:, None] * mix(modulate(self.norm1(x), s1, c1), key_valid)
+        return x + g2[:, None] * self.mlp(modulate(self.norm2(x), s2, c2))
+
+
+def use_attention(module: nnx.Module, impl: str) -> nnx.Module:
+    """`module` with every Attention computed by `impl` ('xla' or 'dot_product', ATTENTION_IMPLS); the
+    parameters are the same, so a run may change it between resumes."""
+    if impl not in ATTENTION_IMPLS:
+        raise InputError(f"unknown attention_impl {impl!r} (choose from {', '.join(ATTENTION_IMPLS)})")
+    if impl != Attention.impl:  # the default leaves the module as built
+        for _, sub in nnx.iter_graph(module):
+            if isinstance(sub, Attention):
+                sub.impl = impl
+    return module
+
+
+def block_kind(block: Block) -> str:
+    """'attn' or 's5': the mixer of `block`."""
+    return "attn" if hasattr(block, "attn") else "s5"
+
+
+def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, remat: str = "none"):
+    """x [B, N, D] through ``blocks`` in order: ``for blk in blocks: x = blk(x, key_valid, cond)``.
+
+    ``scan``: the blocks' parameters are stacked ([depth, ...], one copy per call) and one traced
+    block runs under lax.scan, so tracing and compiling do not grow with depth. ``remat``: what the
+    backward pass keeps of each block: 'none' every activation; 'dots' the matmul outputs without
+    batch dimensions (the Linear layers'; attention and elementwise work is recomputed); 'block'
+    only the block's input (the whole block is recomputed, as V-JEPA's use_activation_checkpointing).
+    A hybrid stack runs as runs of consecutive blocks of one mixer (each scanned on its own: lax.scan
+    needs one parameter structure), so s5,s5,s5,attn x 3 traces 6 blocks, not 12.
+    """
+    blocks = list(blocks)
+    if not blocks:
+        return x
+    kinds = [block_kind(blk) for blk in blocks]
+    if len(set(kinds)) > 1:
+        start = 0
+        for end in range(1, len(blocks) + 1):
+            if end == len(blocks) or kinds[end] != kinds[start]:
+                x = run_blocks(blocks[start:end], x, key_valid, cond, scan=scan, remat=remat)
+                start = end
+        return x
+    if not scan and remat == "none":
+        for blk in blocks:
+            x = blk(x, key_valid, cond)
+        return x
+    graphdef = nnx.graphdef(blocks[0])
+
+    def body(x, state):
+        return nnx.merge(graphdef, state)(x, key_valid, cond)
+
+    if remat != "none":
+        policy = {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                  "block": jax.checkpoint_policies.nothing_saveable}[remat]
+        body = jax.checkpoint(body, policy=policy)
+    states = [nnx.state(blk) for blk in blocks]
+    if not scan or len(blocks) == 1:
+        for state in states:
+            x = body(x, state)
+        return x
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    x, _ = jax.lax.scan(lambda carry, state: (body(carry, state), None), x, stacked)
+    return x
+
+
+def _plain_layer_norm(dim, dtype, rngs):
+    """LayerNorm without scale and bias (eps 1e-6), as DiT's modulated norms."""
+    return nnx.LayerNorm(dim, epsilon=1e-6, use_scale=False, use_bias=False, dtype=dtype,
+                         param_dtype=jnp.float32, rngs=rngs)
+
+
+
+def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps=NORM_EPS):
+    """`depth` blocks; mixers None: all attention, the ViT's blocks in the official parameter order."""
+    if mixers is None:
+        return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, norm_eps=norm_eps) for _ in range(depth)])
+    if len(mixers) != depth:
+        raise InputError(f"{len(mixers)} mixers for {depth} blocks")
+    return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, mixer=m, ssm_state=ssm_state, norm_eps=norm_eps)
+                     for m in mixers])
