@@ -216,7 +216,8 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
     run.json and trains; `held` follows the step and the saves."""
     import jax
 
-    from jepa_cli.training.checkpoint import Checkpoints, silence_abandoned_reads
+    from jepa_cli.training.abandoned_reads import silence_abandoned_reads
+    from jepa_cli.training.checkpoint import Checkpoints
     from jepa_cli.training.data import DataLoader
     from jepa_cli.training.state import init_state
 

@@ -123,7 +123,7 @@ def storage_stop(out: Path, record: dict[str, Any], held: Any, failure: str, mai
     saves in `held.saving`; which also frees the room run.json needs), marks run.json (`record`)
     `failed at step N` (`held.step`) with the error, and returns the error to raise, naming the last
     good checkpoint. Complete checkpoints are never touched: --resume continues."""
-    from jepa_cli.training.checkpoint import settle_abandoned_reads_at_exit
+    from jepa_cli.training.abandoned_reads import settle_abandoned_reads_at_exit
 
     settle_abandoned_reads_at_exit()
     if held.ckpts is not None:
