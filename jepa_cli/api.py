@@ -38,7 +38,7 @@ class Run:
     e.g. a damaged newest checkpoint skipped for an older one)."""
 
     def __init__(self, encoder: Any, notes: list[str]):
-        self._encoder = encoder  # evaluation.encode.RunEncoder
+        self._encoder = encoder  # evaluation.run_encoder.RunEncoder
         self._steps: dict[tuple[str, str], tuple[Any, Any]] = {}  # (layers, pool) -> jitted step, placed params
         self.path: Path = encoder.run_dir
         self.step: int = encoder.step
@@ -67,8 +67,8 @@ class Run:
         N samples and the last one is padded. InputError for bad options, no samples, samples the
         encoder cannot take (images of other channels than the run's), and embeddings that hold NaN
         or inf. Audio must be at the run's sample rate (`config["objective_config"]["sample_rate"]`)."""
-        from jepa_cli.evaluation.encode import (LAYERS, POOLS, check_finite_rows, encoded_batches, feature_shape,
-                                                make_step)
+        from jepa_cli.evaluation.encode import POOLS, check_finite_rows, encoded_batches, feature_shape, make_step
+        from jepa_cli.evaluation.run_encoder import LAYERS
 
         if layers not in LAYERS:
             raise InputError(f"layers must be one of {', '.join(LAYERS)}, got {layers!r}")
@@ -106,7 +106,7 @@ def load_run(path: str | os.PathLike, step: int | None = None, weights: str = "t
     `weights` encoder ("target" or "context", as encode-latents --weights). InputError for a
     missing or damaged run, a step it does not hold, an objective without that encoder, and
     weights that hold NaN or inf."""
-    from jepa_cli.evaluation.encode import open_encoder
+    from jepa_cli.evaluation.run_encoder import open_encoder
 
     if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
         raise InputError(f"step must be a checkpoint step (an integer >= 0) or None, got {step!r}")

@@ -42,7 +42,7 @@ def command(run, data, output, step, weights, pool, layers, batch_size, mesh, fo
     import time
     from pathlib import Path
 
-    from jepa_cli.evaluation.encode import encode_run
+    from jepa_cli.evaluation.run_encoder import encode_run
 
     total = None
     if (Path(data) / "inputs" / "zarr.json").exists():

@@ -197,7 +197,8 @@ def _dataset(path: str | os.PathLike, has_run: bool) -> SimpleNamespace:
 def _load_encoder(run: str | os.PathLike, batch_size: int, log: Callable[[str], None],
                   load_run: Callable | None) -> SimpleNamespace:
     """The run's target (EMA) encoder, mean-pooled and jitted, with its evaluation transform."""
-    from jepa_cli.evaluation.encode import make_step, select_encoder
+    from jepa_cli.evaluation.encode import make_step
+    from jepa_cli.evaluation.run_encoder import select_encoder
 
     run = Path(run)
     if not run.is_dir():
@@ -220,8 +221,9 @@ def _encoded_dim(ds: SimpleNamespace, encoder: SimpleNamespace) -> int:
     take (another modality, other channels or sample rate, a shape the network refuses)."""
     import jax
 
-    from jepa_cli.evaluation.encode import _check_channels, _check_sample_rate, _prepare
+    from jepa_cli.evaluation.encode import _prepare
     from jepa_cli.evaluation.features import check_modality_pair
+    from jepa_cli.evaluation.run_encoder import _check_channels, _check_sample_rate
 
     check_modality_pair(ds.path, ds.modality, encoder.objective, encoder.run)
     _check_channels(ds.path, ds.attrs, encoder.config.get("channels"), encoder.run)

@@ -52,7 +52,7 @@ def training_probe(config: Any, objective: Any, abstract_state: Any, out: Path) 
 
 def _target_encoder(objective: Any, state: Any, out: Path) -> Any:
     """The parameters the training-time probe encodes with: the target (EMA) encoder."""
-    from jepa_cli.evaluation.encode import select_encoder
+    from jepa_cli.evaluation.run_encoder import select_encoder
 
     return select_encoder(objective, {"params": state.params, "ema": state.ema}, "target", out)
 
@@ -67,8 +67,9 @@ class OnlineProbe:
                  image_size: Any = None, channels: int | None = None, what: str = "--probe-data"):
         import jax
 
-        from jepa_cli.evaluation.encode import _check_channels, _prepare, pooled_features, source_attributes
+        from jepa_cli.evaluation.encode import _prepare, pooled_features, source_attributes
         from jepa_cli.evaluation.features import check_modality_pair
+        from jepa_cli.evaluation.run_encoder import _check_channels
 
         if not callable(getattr(objective, "encode", None)):
             raise InputError(f"objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
@@ -137,9 +138,9 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
     TRAIN and TEST, encoded as `jepa encode-latents` would. One {'step', 'top1', 'top5', ...} per
     checkpoint; `on_result(row)` is called as each is done. A checkpoint's k-NN equals the
     training-time probe's `knn_top1` at that step for the same datasets and k."""
-    from jepa_cli.evaluation.encode import select_encoder
     from jepa_cli.evaluation.knn import knn_probe
     from jepa_cli.evaluation.linear import linear_probe
+    from jepa_cli.evaluation.run_encoder import select_encoder
     from jepa_cli.training.run import checkpoint_steps, load_run
 
     if kind not in ("knn", "linear"):

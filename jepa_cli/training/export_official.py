@@ -120,7 +120,7 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     file `output` (atomically; an existing path is refused). Returns a summary: the file, format,
     parts, step, epoch, tensor and parameter counts, bytes."""
     from jepa_cli.data.atomic import check_output_file, write_file
-    from jepa_cli.evaluation.encode import WEIGHTS
+    from jepa_cli.evaluation.run_encoder import WEIGHTS
     from jepa_cli.models.template import first_non_finite
     from jepa_cli.training.run import load_run, read_run
 
