@@ -70,7 +70,7 @@ def test_builtin_sources_and_choices(tree):
 
 def test_config_offers_the_builtin_recipes(tree):
     offered = bash_complete("jepa train --config builtin:ijepa", tree)
-    assert offered == ["ijepa-digits-tiny", "ijepa-in1k-vith14", "ijepa-small32"]
+    assert offered == ["ijepa-digits-tiny", "ijepa-in1k-vith14", "ijepa-small32", "ijepa-small32-fast"]
 
 
 def test_completion_goes_on_after_the_colon_of_builtin(tree):
