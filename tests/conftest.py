@@ -9,8 +9,12 @@ from click.testing import CliRunner
 
 from jepa_cli.cli.main import hand_cache_to_jax  # imports no JAX
 
+# XLA's LLVM backend at optimisation level 1 rather than 2 for every JAX process the suite starts: the
+# suite mostly compiles tiny programs and runs them a few times, and level 1 compiles them with about a
+# quarter less CPU and runs their steps no slower (benchmarks/NOTES.md, "The test suite").
+COMPILE_FASTER = "--xla_backend_optimization_level=1"
 # Must be set before JAX initialises its backend (docs/distributed.md): every test sees 8 CPU devices.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {COMPILE_FASTER}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent XLA cache for the whole run (both xdist workers and every `jepa` subprocess), inside
 # the checkout rather than the user's ~/.cache: the many tiny runs of the same configuration then

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from adversarial import ROOT
+from conftest import COMPILE_FASTER
 
 RECIPE = """
 objective = "ijepa"
@@ -45,7 +46,7 @@ pred_heads = 2
 def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("JEPA_DEBUG", None)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} {COMPILE_FASTER}"
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own cache: a warm one deadlocked these runs
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
