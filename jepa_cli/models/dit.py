@@ -20,10 +20,9 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.models.pos_embed import sincos_1d_from_grid, sincos_2d
-from jepa_cli.models.block import Block, Linear, ZeroLinear, _plain_layer_norm, modulate, trunc_normal
+from jepa_cli.models.block import Block, ZeroLinear, _linear, _plain_layer_norm, modulate, trunc_normal
 from jepa_cli.models.scan_order import to_scan_order
 
-_zeros = nnx.initializers.zeros_init()
 FREQ_DIM = 256  # DiT's TimestepEmbedder frequency_embedding_size
 
 
@@ -33,11 +32,6 @@ def timestep_embedding(t, dim: int = FREQ_DIM, max_period: float = 10000.0):
     freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
     args = jnp.asarray(t, jnp.float32)[:, None] * freqs[None]
     return jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
-
-
-def _dense(din, dout, dtype, rngs):
-    return Linear(din, dout, kernel_init=trunc_normal(), bias_init=_zeros, dtype=dtype,
-                  param_dtype=jnp.float32, rngs=rngs)
 
 
 def positions(width: int, grid: tuple[int, ...]) -> np.ndarray:
@@ -57,9 +51,9 @@ class DiT(nnx.Module):
         self.width = width
         self.dtype = dtype
         self.num_classes = num_classes
-        self.embed = _dense(in_dim, width, dtype, rngs)
-        self.t_fc1 = _dense(FREQ_DIM, width, dtype, rngs)
-        self.t_fc2 = _dense(width, width, dtype, rngs)
+        self.embed = _linear(in_dim, width, dtype, rngs)
+        self.t_fc1 = _linear(FREQ_DIM, width, dtype, rngs)
+        self.t_fc2 = _linear(width, width, dtype, rngs)
         # num_classes + 1 rows: the last is the null class of classifier-free guidance
         self.label_embed = nnx.Embed(num_classes + 1, width, embedding_init=trunc_normal(),
                                      param_dtype=jnp.float32, rngs=rngs)
