@@ -9,10 +9,11 @@ from click.testing import CliRunner
 
 from jepa_cli.cli.main import hand_cache_to_jax  # imports no JAX
 
-# XLA's LLVM backend at optimisation level 1 rather than 2 for every JAX process the suite starts: the
-# suite mostly compiles tiny programs and runs them a few times, and level 1 compiles them with about a
-# quarter less CPU and runs their steps no slower (benchmarks/NOTES.md, "The test suite").
-COMPILE_FASTER = "--xla_backend_optimization_level=1"
+# XLA's LLVM backend at optimisation level 0 and its older (non-MLIR) fusion emitters for every JAX
+# process the suite starts: the suite compiles hundreds of tiny programs and runs each a few times, and
+# these settings compile them with about 2.5x less CPU, while the steps run about 2.5x slower
+# (benchmarks/NOTES.md, "The test suite").
+COMPILE_FASTER = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 # Must be set before JAX initialises its backend (docs/distributed.md): every test sees 8 CPU devices.
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {COMPILE_FASTER}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
