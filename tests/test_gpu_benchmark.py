@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import COMPILE_FASTER
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -50,7 +52,7 @@ def tiny_run(tmp_path_factory):
     (root / "reference" / "torch").mkdir(parents=True)
     (root / "reference" / "torch" / "__init__.py").write_text(FAKE_TORCH)
     env = {**os.environ, "TINY": "1", "STEPS": "1", "PYTHON": sys.executable, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "", "REFERENCE": str(root / "reference")}  # one device
+           "XLA_FLAGS": COMPILE_FASTER, "REFERENCE": str(root / "reference")}  # one device
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), str(root / "table.md")], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
