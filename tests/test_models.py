@@ -348,3 +348,17 @@ def test_templates_of_equal_configs_share_one_traced_structure():
     a = ModuleTemplate(SCAN_CFG.encoder)
     b = ModuleTemplate(dataclasses.replace(SCAN_CFG).encoder)  # equal, not identical, config
     assert a.graphdef is b.graphdef and a.abstract_state is b.abstract_state
+
+
+@pytest.mark.parametrize("mixer", ["attn", "s5,attn"])
+def test_a_template_has_the_structure_of_the_module_built_with_nnx_rngs(mixer):
+    from flax import nnx
+
+    cfg = ModelConfig(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=16, pred_depth=2,
+                      pred_width=16, mixer=mixer, ssm_state=4)
+    for build in (cfg.encoder, cfg.predictor):
+        graphdef, state = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0))))  # noqa: B023
+        template = ModuleTemplate(build)
+        assert template.graphdef == graphdef
+        assert jax.tree.map(lambda a: (a.shape, a.dtype), nnx.to_pure_dict(template.abstract_state)) == \
+            jax.tree.map(lambda a: (a.shape, a.dtype), nnx.to_pure_dict(state))
