@@ -362,3 +362,17 @@ def test_a_template_has_the_structure_of_the_module_built_with_nnx_rngs(mixer):
         assert template.graphdef == graphdef
         assert jax.tree.map(lambda a: (a.shape, a.dtype), nnx.to_pure_dict(template.abstract_state)) == \
             jax.tree.map(lambda a: (a.shape, a.dtype), nnx.to_pure_dict(state))
+
+
+def test_a_template_without_init_rules_draws_the_parameters_of_nnx_rngs_bit_for_bit():
+    from flax import nnx
+
+    from jepa_cli.models.template import to_pure
+
+    cfg = ModelConfig(model="tiny", width=32, depth=2, heads=2, patch_size=4, image_size=16, pred_depth=2,
+                      pred_width=16, mixer="s5,attn", ssm_state=4)  # S5's parameters have no INIT_RULES entry
+    for key in (jax.random.key(3), jax.random.PRNGKey(3)):
+        ours = ModuleTemplate(cfg.encoder).init(key)
+        flax_own = jax.jit(lambda k: to_pure(cfg.encoder(nnx.Rngs(params=k))))(key)
+        for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(flax_own), strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -79,17 +79,22 @@ _STRUCTURES: "collections.OrderedDict[Hashable, tuple]" = collections.OrderedDic
 _STRUCTURES_KEPT = 16
 
 
-class _OneKey:
-    """Stands in for nnx.Rngs while a module's structure is traced: every stream hands out one concrete
-    key. The structure needs shapes only, and nnx.Rngs would count its draws with traced arithmetic,
-    where each draw makes JAX search the whole trace so far (quadratic in the parameter count: 5.8 s
-    for a ViT-H encoder)."""
+class _KeyStream:
+    """Stands in for ``nnx.Rngs(params=key)`` when a module is built inside a trace: the same keys
+    (``fold_in(key, n)`` for the n-th draw), counted in Python. nnx.Rngs counts its draws with traced
+    arithmetic, and each draw then makes JAX search the whole trace so far for an error message it
+    never shows (a tracer asked for its sharding): quadratic in the parameter count, 5.8 s for a
+    ViT-H encoder's structure."""
 
     def __init__(self, key: jax.Array):
-        self._key = key
+        if key.dtype == jnp.uint32:  # a raw PRNGKey, as nnx.Rngs takes it
+            key = jax.random.wrap_key_data(key)
+        self._key, self._draws = key, 0
 
-    def __getattr__(self, stream: str) -> Callable[[], jax.Array]:
-        return lambda: self._key
+    def params(self) -> jax.Array:
+        key = jax.random.fold_in(self._key, self._draws)
+        self._draws += 1
+        return key
 
 
 class ModuleTemplate:
@@ -115,14 +120,13 @@ class ModuleTemplate:
         self.graphdef, self.abstract_state, self._init = cached
 
     def _structure(self, build: Callable[[nnx.Rngs], nnx.Module]) -> tuple:
-        key = jax.random.key(0)
-        graphdef, abstract_state = nnx.split(nnx.eval_shape(lambda: build(_OneKey(key))))
+        graphdef, abstract_state = nnx.split(nnx.eval_shape(lambda: build(_KeyStream(jax.random.key(0)))))
         shapes = _str_keys(nnx.to_pure_dict(abstract_state))
         names = {p[-1].key for p, _ in jax.tree_util.tree_flatten_with_path(shapes)[0]}
         if names <= set(INIT_RULES):
             init = jax.jit(lambda key: _grouped_init(key, shapes))
         else:  # a leaf without a rule: the modules' own initialisers
-            init = jax.jit(lambda key: to_pure(build(nnx.Rngs(params=key))))
+            init = jax.jit(lambda key: to_pure(build(_KeyStream(key))))
         return graphdef, abstract_state, init
 
     def init(self, key) -> dict:
