@@ -196,6 +196,31 @@ def test_a_swapped_out_folder_that_is_not_a_jepa_output_is_kept(tmp_path):
 
 # --- damaged arrays and metadata ----------------------------------------------------------------------
 
+class _InterruptedWrite:
+    """A TensorStore write future whose first wait is interrupted by a signal while the write goes on."""
+
+    def __init__(self):
+        self.waits = 0
+        self.finished = False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def result(self) -> None:
+        self.waits += 1
+        if self.waits == 1:
+            raise KeyboardInterrupt
+        self.finished = True
+
+
+def test_a_signal_during_a_write_waits_for_the_write_before_it_propagates():
+    # else the write lands in the partial output while the interrupted command removes it
+    write = _InterruptedWrite()
+    with pytest.raises(KeyboardInterrupt):
+        store.complete(write)
+    assert write.finished and write.waits == 2
+
+
 def test_a_truncated_chunk_names_the_array_and_the_chunk(tmp_path):
     write_dataset(tmp_path / "d.zarr")
     chunk = tmp_path / "d.zarr" / "inputs" / "c" / "0" / "0" / "0" / "0"

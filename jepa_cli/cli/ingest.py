@@ -65,7 +65,7 @@ def command(source, out, labels_path, size, channels, sample_rate, seconds, labe
       jepa ingest t10k-images-idx3-ubyte.gz mnist-test.zarr --labels t10k-labels-idx1-ubyte.gz
       jepa ingest videos/ clips.zarr --frames 16 --frame-stride 4 --size 64x64
       jepa ingest builtin:tones tones-train.zarr --sample-rate 16000 --seconds 1 --split train
-      jepa ingest wavs/ train.zarr --label-regex '^(\d+)_' --group-regex '_(\w+)_' --split train
+      jepa ingest wavs/ train.zarr --label-regex '^(\\d+)_' --group-regex '_(\\w+)_' --split train
     """
     from jepa_cli.data.audio import is_audio_source
 

@@ -105,7 +105,7 @@ def create_array(path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtyp
                  chunk_n: int | None = None, compress: bool = True):
     """Creates a zarr v3 array with TensorStore, chunked along the first axis, zstd-compressed.
 
-    Returns the open TensorStore (write with `store[a:b].write(x).result()`).
+    Returns the open TensorStore (write with `complete(store[a:b].write(x))`).
     """
     import tensorstore as ts
 
@@ -128,7 +128,21 @@ def create_array(path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtyp
         "create": True,
         "delete_existing": True,
     }
-    return ts.open(spec).result()
+    return complete(ts.open(spec))
+
+def complete(future):
+    """The result of a TensorStore write `future`, waiting for the write to finish even when a signal
+    interrupts the wait: a write left in flight would put chunk files back into a partial output
+    that the interrupted command is removing."""
+    try:
+        return future.result()
+    except BaseException:
+        while not future.done():
+            try:
+                future.result()
+            except BaseException:  # a second signal, or the write's own error: the first exception wins
+                pass
+        raise
 
 def _zarr_dtype(dtype: np.dtype) -> str:
     if dtype == np.bool_:
@@ -139,7 +153,7 @@ def write_array(path: str | os.PathLike, array: np.ndarray, chunk_n: int | None 
     """Writes a whole in-memory array as a zarr v3 array."""
     array = np.asarray(array)
     store = create_array(path, array.shape, array.dtype, chunk_n)
-    store.write(array).result()
+    complete(store.write(array))
 
 def open_array(path: str | os.PathLike, write: bool = False):
     """Opens an existing zarr v3 array with TensorStore; InputError if it is missing or its
@@ -206,7 +220,7 @@ class RowWriter:
 
     def _flush(self) -> None:
         if self.filled:
-            self.array[self.written:self.written + self.filled].write(self.buffer[:self.filled]).result()
+            complete(self.array[self.written:self.written + self.filled].write(self.buffer[:self.filled]))
             self.written += self.filled
             self.filled = 0
 
@@ -217,7 +231,7 @@ class RowWriter:
 
 def resize_first_axis(store, n: int):
     """Shrinks or grows the first axis of an open array to `n`; returns the resized store."""
-    return store.resize(exclusive_max=[n] + list(store.shape[1:]), shrink_only=False).result()
+    return complete(store.resize(exclusive_max=[n] + list(store.shape[1:]), shrink_only=False))
 
 def disk_bytes(path: str | os.PathLike) -> int:
     """Bytes the directory tree at `path` takes on disk (file sizes)."""
