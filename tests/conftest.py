@@ -1,5 +1,6 @@
 """Shared test helpers. Tests run JAX on the CPU; 8 simulated devices let sharding tests run on CPU."""
 
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -99,6 +100,7 @@ SLOW_FILES = ("test_multiprocess.py", "test_recipes_make.py", "test_gpu_benchmar
 STARTS_A_PROCESS = ("run_jepa(", "expect_refusal(", "start_held(", "subprocess.", "Popen(")
 
 
+@functools.cache  # collection asks for the same functions' text thousands of times
 def _source(function) -> str:
     try:
         return inspect.getsource(function)
@@ -106,6 +108,7 @@ def _source(function) -> str:
         return ""
 
 
+@functools.cache
 def _process_starters(module) -> tuple[str, ...]:
     """STARTS_A_PROCESS and the calls of `module`'s own functions that start one (`_gpu_fallback(`)."""
     helpers = [f"{name}(" for name, value in vars(module).items()
