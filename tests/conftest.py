@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jepa_cli.cli.main import hand_cache_to_jax  # imports no JAX
 
 # XLA's LLVM backend at optimisation level 0 and its older (non-MLIR) fusion emitters for every JAX
 # process the suite starts: the suite compiles hundreds of tiny programs and runs each a few times, and
@@ -18,18 +17,15 @@ COMPILE_FASTER = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitte
 # Must be set before JAX initialises its backend (docs/distributed.md): every test sees 8 CPU devices.
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {COMPILE_FASTER}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent XLA cache for the whole run (both xdist workers and every `jepa` subprocess), inside
-# the checkout rather than the user's ~/.cache: the many tiny runs of the same configuration then
-# compile once. `jepa` keeps no cache when a process simulates several CPU devices (cli/main.py,
-# compilation_cache_dir: a step's all-reduces loaded from the cache can deadlock), and every test
-# process simulates 8; so the suite hands JAX the cache itself, as a user's own JAX_COMPILATION_CACHE_DIR
-# would, set before anything imports JAX. Without it the suite takes far longer. The risk it keeps:
-# CI starts from an empty cache, so only a program compiled twice in one run is ever loaded. A rerun
-# of the suite loads them all: the `jepa` subprocesses whose step all-reduces over several devices
-# therefore run without it (test_multiprocess.py) or on one device (test_recipes_make.py).
+# The suite's `jepa` subprocesses that run on one device share one persistent XLA cache inside the
+# checkout (jepa's own JEPA_CACHE_DIR, not the user's ~/.cache). Processes that simulate several CPU
+# devices, this one included, keep none, as `jepa` itself does (cli/main.py, compilation_cache_dir):
+# a step whose all-reduces were loaded from the cache deadlocks, so a second run of the suite would
+# hang. In one run they would gain nothing either: 127 hits saved -4.3 s of compiles and cost 7.3 s
+# of reads (benchmarks/NOTES.md, "The test suite").
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
-hand_cache_to_jax(os.environ, CACHE_DIR)
-os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)  # a `jepa` subprocess run on one device uses it too
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # a developer's own setting: the deadlock above
+os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)
 
 
 class CliResult:

@@ -47,7 +47,6 @@ def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("JEPA_DEBUG", None)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} {COMPILE_FASTER}"
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own cache: a warm one deadlocked these runs
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
@@ -144,7 +143,6 @@ def test_two_processes_train_the_parameters_of_one_process(runs):
 def test_a_two_process_run_resumes_in_one_process_and_finishes(runs):
     multi = runs["multi"]
     saved = max(int(p.name) for p in (multi / "checkpoints").iterdir() if p.name.isdigit())
-    # _env: without the suite's compilation cache, as every run here (a warm one deadlocked this resume)
     result = subprocess.run([sys.executable, "-m", "jepa_cli", "train", *map(str, runs["common"]), "--out", str(multi),
                              "--resume", "--steps", str(saved + 2)], env=_env(4), capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr.decode()[-2000:]

@@ -17,8 +17,8 @@ from conftest import COMPILE_FASTER
 
 ROOT = Path(__file__).resolve().parents[1]
 # The make runs see one CPU device, not the suite's 8 simulated ones: this file tests make's
-# orchestration, and a warm compilation cache deadlocked their 8-device all-reduces (cli/main.py,
-# compilation_cache_dir); one device keeps the suite's cache and compiles less.
+# orchestration, and `jepa` keeps a compilation cache only on one device (cli/main.py,
+# compilation_cache_dir), so the runs share the suite's cache and compile less.
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": COMPILE_FASTER}
 TINY_RECIPE = """
 objective = "ijepa"
