@@ -2,6 +2,10 @@
 refusal is exactly one `jepa: error:` line, with the expected exit code and no traceback, and that
 nothing it was handed (inputs, earlier outputs, the whole working folder) changed on disk.
 
+The subprocess sees one CPU device (the suite's own process simulates 8; a case that needs more
+passes its own XLA_FLAGS): `jepa` then keeps its compilation cache (JEPA_CACHE_DIR), so the many
+runs of the same tiny model compile once.
+
 Test modules named `test_adversarial_*.py` hold the cases, one behaviour each:
 
     def test_ingest_into_its_own_source_is_refused(tmp_path):
@@ -18,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from conftest import COMPILE_FASTER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,14 +48,19 @@ def snapshot(paths: Iterable[str | os.PathLike]) -> dict[str, tuple]:
     return out
 
 
+def jepa_env(env: dict | None = None) -> dict[str, str]:
+    """The environment of a `jepa` subprocess: the suite's, on one CPU device, with this checkout
+    importable and JEPA_DEBUG unset (a traceback would hide a missing error line); `env` wins."""
+    full_env = {**os.environ, "XLA_FLAGS": COMPILE_FASTER, **(env or {})}
+    full_env.pop("JEPA_DEBUG", None)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
+    return full_env
+
+
 def run_jepa(*args: str | os.PathLike, cwd: str | os.PathLike | None = None, env: dict | None = None,
              timeout: float = 300, input: bytes | None = None) -> subprocess.CompletedProcess:
     """`python -m jepa_cli ARGS...` in a fresh process (the real CLI: signals, exit codes, stderr)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    full_env.pop("JEPA_DEBUG", None)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "jepa_cli", *map(str, args)], cwd=cwd, env=full_env,
+    return subprocess.run([sys.executable, "-m", "jepa_cli", *map(str, args)], cwd=cwd, env=jepa_env(env),
                           capture_output=True, timeout=timeout, input=input)
 
 
@@ -79,10 +90,8 @@ def start_held(marker: Path, target: str, when: str, *args: str | os.PathLike) -
     """Starts `jepa ARGS` held `when` ('before' or 'after') `target` ('module:attribute', e.g.
     'jepa_cli.data.resumable:mark_unit') first runs; returns once `marker` exists, the process waiting there."""
     module, attribute = target.split(":")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("JEPA_DEBUG", None)
     process = subprocess.Popen([sys.executable, "-c", HELD, str(marker), module, attribute, when, *map(str, args)],
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               env=jepa_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     while not marker.exists():
         if process.poll() is not None or time.monotonic() > deadline:

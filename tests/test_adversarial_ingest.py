@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from adversarial import ROOT, expect_refusal, run_jepa
+from adversarial import expect_refusal, jepa_env, run_jepa
 from conftest import assert_user_error
 from jepa_cli.data import resources, store
 
@@ -102,10 +102,8 @@ def test_mask_output_inside_the_dataset_it_draws_is_refused(tmp_path):
 
 
 def test_of_two_concurrent_ingests_to_one_new_output_exactly_one_succeeds(tmp_path, src):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("JEPA_DEBUG", None)
     runs = [subprocess.Popen([sys.executable, "-m", "jepa_cli", "ingest", str(src), str(tmp_path / "o.zarr"),
-                              "--limit", str(limit)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              "--limit", str(limit)], env=jepa_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for limit in (1, 2)]
     results = [(run.wait(timeout=120), run.stderr.read().decode()) for run in runs]
     assert sorted(code for code, _ in results) == [0, 2], results

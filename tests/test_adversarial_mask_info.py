@@ -18,7 +18,7 @@ import click
 import numpy as np
 import pytest
 
-from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, snapshot, start_held
+from adversarial import assert_one_error_line, expect_refusal, jepa_env, run_jepa, snapshot, start_held
 from conftest import assert_user_error
 from jepa_cli.cli.main import COMMANDS
 
@@ -190,7 +190,7 @@ main()
 
 
 def _gpu_fallback(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = jepa_env()
     env.pop("JAX_PLATFORMS", None)  # JAX looks for the GPU, as a user's shell would let it
     return subprocess.run([sys.executable, "-c", GPU_FALLBACK, *args], env=env, capture_output=True, timeout=300)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from adversarial import ROOT, assert_one_error_line, expect_refusal, run_jepa, start_held
+from adversarial import assert_one_error_line, expect_refusal, jepa_env, run_jepa, start_held
 from conftest import assert_user_error
 
 
@@ -55,8 +55,7 @@ def test_plot_over_a_file_that_is_not_a_png_is_refused_even_with_force(run, tmp_
 
 def test_of_two_concurrent_plots_to_one_new_png_exactly_one_writes_it(run, tmp_path):
     png = tmp_path / "c.png"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-m", "jepa_cli", "plot", str(run), "-o", str(png)], env=env,
+    procs = [subprocess.Popen([sys.executable, "-m", "jepa_cli", "plot", str(run), "-o", str(png)], env=jepa_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     results = [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
     # the second finds the picture there when it starts or when it commits: never a second write, never a torn file

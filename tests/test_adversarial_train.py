@@ -7,7 +7,6 @@ images: a subprocess then costs a few seconds. The mask cases need I-JEPA, with 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from adversarial import ROOT, assert_one_error_line, damage_checkpoint, expect_refusal, run_jepa, snapshot
+from adversarial import assert_one_error_line, damage_checkpoint, expect_refusal, jepa_env, run_jepa, snapshot
 from conftest import assert_user_error
 
 from jepa_cli.data import store
@@ -66,11 +65,9 @@ def finished_run(toy_data, tmp_path) -> Path:
 
 def _start_toy_training(data: Path, run: Path) -> subprocess.Popen:
     """`jepa train` of the toy objective that runs until signalled; returns once it logged a row."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    env.pop("JEPA_DEBUG", None)
     proc = subprocess.Popen([sys.executable, "-m", "jepa_cli", "train", *TOY, "--data", str(data), "--out", str(run),
                              "--steps", "1000000", "--save-every", "200", "--json", "-q"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=jepa_env(TOY_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and metrics.stat().st_size > 0):

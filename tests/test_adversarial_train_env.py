@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from adversarial import ROOT, assert_one_error_line, expect_refusal, snapshot
+from adversarial import ROOT, expect_refusal, snapshot
 from conftest import assert_user_error
 
 from jepa_cli.data import store
