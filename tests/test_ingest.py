@@ -505,11 +505,25 @@ def test_every_supported_mode_converts_to_the_requested_channels_and_size(mode, 
 
 
 def test_builtin_digits_without_scikit_learn_names_the_extra(monkeypatch):
-    import sys
+    import importlib.util
 
     from jepa_cli.data.sources import load_digit_images
     from jepa_cli.errors import InputError
 
-    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # what an install without the extra sees
+    find_spec = importlib.util.find_spec  # what an install without the extra sees: no sklearn package
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else find_spec(name, *a))
     with pytest.raises(InputError, match=r"builtin digits need scikit-learn: pip install 'jepa-cli\[digits\]'"):
         load_digit_images()
+
+
+def test_builtin_digits_are_scikit_learns_digits_scaled_to_0_255():
+    from sklearn.datasets import load_digits
+
+    from jepa_cli.data.sources import load_digit_images
+
+    images, labels, names = load_digit_images()
+    reference = load_digits()
+    assert images.shape == (1797, 8, 8) and images.dtype == np.uint8 and labels.dtype == np.int32
+    np.testing.assert_array_equal(images, np.round(reference.images * (255.0 / 16.0)).astype(np.uint8))
+    np.testing.assert_array_equal(labels, reference.target)
+    assert names == [str(c) for c in range(10)] and int(images.max()) == 255
