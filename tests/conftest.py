@@ -20,9 +20,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's `jepa` subprocesses that run on one device share one persistent XLA cache inside the
 # checkout (jepa's own JEPA_CACHE_DIR, not the user's ~/.cache). Processes that simulate several CPU
 # devices, this one included, keep none, as `jepa` itself does (cli/main.py, compilation_cache_dir):
-# a step whose all-reduces were loaded from the cache deadlocks, so a second run of the suite would
-# hang. In one run they would gain nothing either: 127 hits saved -4.3 s of compiles and cost 7.3 s
-# of reads (benchmarks/NOTES.md, "The test suite").
+# a step whose all-reduces were loaded from the cache can deadlock, and a second run of the suite did.
+# The price is the compiles one test repeats of another's (benchmarks/NOTES.md, "The test suite").
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # a developer's own setting: the deadlock above
 os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)
