@@ -58,11 +58,10 @@ def test_committed_completion_scripts_are_current(run_cli, shell):
 
 
 def _env_report(**variables: str) -> dict:
-    """`jepa env --json` on the CPU with `variables`, without the suite's own JAX cache variable."""
+    """`jepa env --json` on the CPU with `variables`."""
     import json
 
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    env.update(JAX_PLATFORMS="cpu", **variables)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **variables}
     result = subprocess.run([sys.executable, "-m", "jepa_cli", "env", "--json"], capture_output=True, text=True,
                             env=env)
     assert result.returncode == 0, result.stderr
