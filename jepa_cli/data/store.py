@@ -131,9 +131,9 @@ def create_array(path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtyp
     return complete(ts.open(spec))
 
 def complete(future):
-    """The result of a TensorStore write `future`, waiting for the write to finish even when a signal
-    interrupts the wait: a write left in flight would put chunk files back into a partial output
-    that the interrupted command is removing."""
+    """The result of a TensorStore `future` that writes (an open that creates, a write, a resize),
+    waiting for it to finish even when a signal interrupts the wait: a write left in flight would put
+    files back into a partial output that the interrupted command is removing."""
     try:
         return future.result()
     except BaseException:
