@@ -9,13 +9,17 @@
 #   bash benchmarks/gpu.sh [TABLE.md]                 # default table file: gpu-bench.md
 #   REFERENCE=~/src/ijepa bash benchmarks/gpu.sh      # also the official step (torch must see CUDA)
 #   TINY=1 bash benchmarks/gpu.sh t.md                # a 2-block, 48-wide ViT at 32 px, 2 steps: a CPU smoke test
+#   LEVERS="--attention-impl dot_product; --remat dots" bash benchmarks/gpu.sh   # the speed levers to measure
 #
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
 # others; its error goes into the table, its whole output into TABLE.log). After the table, a profile
 # of each model's bf16 step per op class (benchmarks/profile.py; PROFILE=0 leaves it out, TINY=1 too
 # unless PROFILE=1). The official step halves its
-# batch on out-of-memory (at most twice); the table gives the batch it ran at. Environment: PYTHON
-# (default .venv/bin/python), STEPS (default 10), MODELS (default "base large").
+# batch on out-of-memory (at most twice); the table gives the batch it ran at. After each model's bf16
+# row, one row per lever at that row's batch: LEVERS holds ';'-separated sets of gpu_step.py options
+# (default "--attention-impl dot_product", cuDNN's flash attention; TINY: none), and each set also gets
+# a profile, so it takes only options that benchmarks/profile.py takes too. Environment: PYTHON
+# (default .venv/bin/python), STEPS (default 10), MODELS (default "base large"), F32 (0: no float32 rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TABLE=${1:-gpu-bench.md}
@@ -26,6 +30,7 @@ ROWS=$(mktemp)
 trap 'rm -f "$ROWS"' EXIT
 
 if [[ -n "${TINY:-}" ]]; then
+  LEVERS=${LEVERS:-}
   MODELS=${MODELS:-tiny}; SIZE=32; PATCH=8
   PRED=(--depth 2 --width 48 --heads 3 --pred-depth 1 --pred-width 48 --min-keep 2)
   STEPS=${STEPS:-2}; BATCH=auto; PROBE=(--probe-batch 4)
@@ -33,6 +38,8 @@ else
   MODELS=${MODELS:-base large}; SIZE=224; PATCH=16; PRED=(--pred-depth 12 --pred-width 384 --min-keep 10)
   STEPS=${STEPS:-10}; BATCH=auto; PROBE=(--probe-batch 16)
 fi
+LEVERS=${LEVERS---attention-impl dot_product}
+IFS=';' read -ra LEVER_SETS <<< "$LEVERS"
 
 error_row() {  # error_row LABEL OUTPUT: a failed row (the last 300 characters of its output) into $ROWS
   "$PYTHON" -c 'import json,sys; print(json.dumps({"label": sys.argv[1], "error": sys.argv[2][-300:]}))' "$1" "$2" >> "$ROWS"
@@ -58,7 +65,12 @@ for model in $MODELS; do
   row "$model bf16" "${common[@]}" --dtype bfloat16 --batch "$BATCH" "${PROBE[@]}"
   batch=$("$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][-1]; print(r.get("batch", ""))' "$ROWS")
   [[ -n "$batch" ]] || batch=16
-  row "$model f32" "${common[@]}" --dtype float32 --batch "$batch"
+  for lever in "${LEVER_SETS[@]}"; do
+    read -ra lever_args <<< "$lever"
+    (( ${#lever_args[@]} )) || continue
+    row "$model bf16 ${lever_args[*]}" "${common[@]}" --dtype bfloat16 --batch "$batch" "${lever_args[@]}"
+  done
+  [[ "${F32:-1}" == 0 ]] || row "$model f32" "${common[@]}" --dtype float32 --batch "$batch"
   if [[ -n "${REFERENCE:-}" ]]; then
     name=vit_$model
     official_batch=$batch
@@ -82,13 +94,17 @@ if [[ -n "${TINY:-}" ]]; then PROFILE=${PROFILE:-0}; fi  # the smoke test keeps 
 if [[ "${PROFILE:-1}" != 0 ]]; then  # where each model's bf16 step spends its time, per op class, after the table
   for model in $MODELS; do
     batch=$("$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"official\"" not in l]; print(next((x.get("batch", "") for x in r if x.get("model") == sys.argv[2] and x.get("dtype") == "bfloat16"), ""))' "$ROWS" "$model")
-    out=$("$PYTHON" benchmarks/profile.py --model "$model" --patch-size "$PATCH" --image-size "$SIZE" "${PRED[@]}" \
-          --dtype bfloat16 --batch "${batch:-16}" --steps 3 2>&1 | tee -a "$LOG")
-    if [[ $out == *"| op class"* ]]; then
-      printf '\n%s\n' "$out" >> "$TABLE"
-    else
-      printf '\nprofile of %s bf16 failed: %s\n' "$model" "${out: -300}" >> "$TABLE"
-    fi
+    for lever in "" "${LEVER_SETS[@]}"; do
+      read -ra lever_args <<< "$lever"
+      [[ -z "$lever" ]] || (( ${#lever_args[@]} )) || continue
+      out=$("$PYTHON" benchmarks/profile.py --model "$model" --patch-size "$PATCH" --image-size "$SIZE" "${PRED[@]}" \
+            --dtype bfloat16 --batch "${batch:-16}" --steps 3 "${lever_args[@]}" 2>&1 | tee -a "$LOG")
+      if [[ $out == *"| op class"* ]]; then
+        printf '\n%s bf16 %s\n\n%s\n' "$model" "${lever_args[*]}" "$out" >> "$TABLE"
+      else
+        printf '\nprofile of %s bf16 %s failed: %s\n' "$model" "${lever_args[*]}" "${out: -300}" >> "$TABLE"
+      fi
+    done
   done
 fi
 cat "$TABLE"

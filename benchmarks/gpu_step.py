@@ -83,7 +83,7 @@ def run(args) -> dict:
     options = dict(model=args.model, patch_size=args.patch_size, image_size=args.image_size, channels=3,
                    pred_depth=args.pred_depth, pred_width=args.pred_width, dtype=args.dtype,
                    min_keep=args.min_keep, scan_layers=args.scan_layers, width=args.width, depth=args.depth,
-                   heads=args.heads, remat=args.remat)
+                   heads=args.heads, remat=args.remat, attention_impl=args.attention_impl)
     limit = memory_limit()
     if args.batch == "auto" and limit:
         probe = bench(False, 1, args.probe_batch, options)
@@ -102,7 +102,7 @@ def run(args) -> dict:
             batch //= 2
     device = jax.devices()[0]
     peak = peak_flops(device.device_kind, args.dtype)
-    row.update(model=args.model, remat=args.remat, patch_size=args.patch_size, image_size=args.image_size, dtype=args.dtype,
+    row.update(model=args.model, remat=args.remat, attention_impl=args.attention_impl, patch_size=args.patch_size, image_size=args.image_size, dtype=args.dtype,
                batch=batch, device_kind=device.device_kind, backend=jax.default_backend(),
                memory_limit=limit, peak_flops=peak,
                mfu=row["analytic_flops"] / peak if peak else None)
@@ -125,6 +125,7 @@ def main(argv=None) -> int:
     p.add_argument("--probe-batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--remat", choices=("none", "dots", "block"), default="none")
+    p.add_argument("--attention-impl", choices=("xla", "dot_product"), default="xla")
     p.add_argument("--scan-layers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import sys
 
+# gpu_step.py's options that a row names in its label where it departs from this default
+LEVER_DEFAULTS = {"attention_impl": "xla", "remat": "none"}
+
 
 def table(rows: list[dict]) -> str:
     device = next((r["device_kind"] for r in rows if "device_kind" in r), "unknown device")
@@ -25,7 +28,8 @@ def table(rows: list[dict]) -> str:
             mfu = f"{100 * r['mfu']:.1f} %" if r.get("mfu") is not None else "n/a"
             mem = r.get("memory") or {}
             gib = (mem.get("argument", 0) + mem.get("temp", 0)) / 2**30 if mem else float("nan")
-            lines.append(f"| ours {r['model']}/{r['patch_size']} {r['image_size']}px | {r['dtype']} | {r['batch']} | "
+            levers = "".join(f", {name} {r[name]}" for name, plain in LEVER_DEFAULTS.items() if r.get(name, plain) != plain)
+            lines.append(f"| ours {r['model']}/{r['patch_size']} {r['image_size']}px{levers} | {r['dtype']} | {r['batch']} | "
                          f"{r['images_per_sec']:.1f} | {r['step_ms']:.1f} | {r['analytic_flops'] / 1e12:.2f} | "
                          f"{mfu} | {gib:.2f} |")
     lines += ["", "MFU: analytic matmul FLOPs of the step (benchmarks/train_step.py analytic_flops) per second over "

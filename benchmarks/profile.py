@@ -10,7 +10,7 @@ device, the default masks). Each instruction of the compiled (optimised) HLO mod
 class from its opcode and the Python frames JAX recorded for it:
 
 - matmuls: dots and convolutions outside attention (the Linear layers, the patch embedding);
-- attention: what `Attention.__call__` (models/block.py) traced itself: QK^T, the mask, softmax, AV;
+- attention: what `Attention.__call__` or `fused_attention` (models/block.py) traced itself: QK^T, the mask, softmax, AV;
 - gathers/scatters: gather, scatter, dynamic-slice and sort (picking context and target tokens,
   their gradients, the scan orders);
 - optimizer+EMA: the gradient norm, AdamW (training/optimizer.py, optax) and the EMA update
@@ -132,21 +132,22 @@ def parse_hlo(text: str) -> dict[str, list[dict]]:
     return computations
 
 
-def _regions() -> dict[str, tuple[str, str, range | None]]:
-    """Where each class is traced from: (file suffix, function, lines or None for the whole function)."""
+def _regions() -> dict[str, tuple[str, str | tuple[str, ...], range | None]]:
+    """Where each class is traced from: (file suffix, function or functions, lines or None for the
+    whole function)."""
     from jepa_cli.training import step
 
     source, first = inspect.getsourcelines(step.make_step_fn)
     begin = next(i for i, s in enumerate(source) if "tx.update(" in s) - 1  # the gradient norm, then AdamW
     end = next(i for i, s in enumerate(source) if "new = TrainState(" in s)  # ... and the EMA
-    return {"attention": ("models/block.py", "Attention.__call__", None),
+    return {"attention": ("models/block.py", ("Attention.__call__", "fused_attention"), None),
             "optimizer+EMA": ("training/step.py", "make_step_fn.<locals>.step_fn", range(first + begin, first + end))}
 
 
 def classify_one(ins: dict, regions: dict) -> str:
     """The class of one instruction (not a fusion) from the frames it was traced from and its opcode:
     optimizer+EMA when any frame is the optimizer's or the EMA's; attention when the innermost frame
-    outside flax is Attention.__call__ itself (its qkv and proj Linears are matmuls)."""
+    outside flax is Attention.__call__ or the fused kernel's wrapper (the qkv and proj Linears are matmuls)."""
     own = [frame for frame in ins["stack"] if "/flax/" not in frame[0]]
     for file, function, line in own:
         if any(f in file for f in OPTIMIZER_FILES):
@@ -154,8 +155,8 @@ def classify_one(ins: dict, regions: dict) -> str:
         suffix, name, lines = regions["optimizer+EMA"]
         if file.endswith(suffix) and function == name and line in lines:
             return "optimizer+EMA"
-    suffix, name, _ = regions["attention"]
-    if own and own[0][0].endswith(suffix) and own[0][1] == name:
+    suffix, names, _ = regions["attention"]
+    if own and own[0][0].endswith(suffix) and own[0][1] in names:
         return "attention"
     if ins["opcode"] in GATHERS:
         return "gathers/scatters"

@@ -73,3 +73,32 @@ def test_the_predictor_runs_every_target_set_in_one_call_equal_to_one_call_per_s
 def test_an_unknown_attention_impl_is_an_input_error():
     with pytest.raises(InputError, match="unknown attention_impl 'flash'"):
         ModelConfig(**TINY, attention_impl="flash")
+
+
+def test_the_fused_kernels_even_length_bias_gives_the_plain_masked_attention_to_1e_6():
+    # cuDNN's path (a [N, 1, L', L'] bias over an even length), run by XLA here: an odd 7-token
+    # sequence with two masked keys gets one masked slot more and the same outputs
+    from jepa_cli.models.block import fused_attention
+
+    q, k, v = jax.random.normal(jax.random.key(2), (3, 2, 7, 4, 8))
+    key_valid = jnp.asarray(np.arange(7)[None] < np.array([7, 5])[:, None])
+    plain = fused_attention(q, k, v, key_valid, None)
+    padded = fused_attention(q, k, v, key_valid, "xla")
+    assert padded.shape == plain.shape == (2, 7, 4, 8)
+    np.testing.assert_allclose(padded, plain, atol=1e-6, rtol=0)
+
+
+def test_the_fused_kernel_is_xlas_on_the_cpu():
+    from jepa_cli.models.block import fused_kernel
+
+    assert fused_kernel(jnp.zeros((1, 4, 2, 64), jnp.bfloat16)) is None
+
+
+def test_the_fused_kernel_refused_at_trace_time_falls_back_to_xlas_attention():
+    # cuDNN is not there on the CPU: jax refuses it while tracing, and XLA's attention answers instead
+    from jepa_cli.models.block import fused_attention
+
+    q, k, v = jax.random.normal(jax.random.key(3), (3, 2, 6, 2, 8))
+    key_valid = jnp.asarray(np.arange(6)[None] < np.array([6, 4])[:, None])
+    np.testing.assert_allclose(fused_attention(q, k, v, key_valid, "cudnn"),
+                               fused_attention(q, k, v, key_valid, None), atol=1e-6, rtol=0)

@@ -68,10 +68,44 @@ def _layer_norm(dim, dtype, rngs, eps: float = NORM_EPS):
     return nnx.LayerNorm(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
 
 
+def fused_kernel(q: jax.Array) -> str | None:
+    """'cudnn' where cuDNN's flash attention takes queries like `q` [N, L, H, D] (an NVIDIA GPU,
+    bfloat16 or float16, head dim a multiple of 8 up to 128), else None: XLA's attention."""
+    device = jax.devices()[0]
+    on_cuda = device.platform == "gpu" and "cuda" in getattr(device.client, "platform_version", "").lower()
+    head_dim = q.shape[-1]
+    return "cudnn" if on_cuda and q.dtype in (jnp.bfloat16, jnp.float16) and head_dim <= 128 \
+        and head_dim % 8 == 0 else None
+
+
+def fused_attention(q, k, v, key_valid, implementation: str | None):
+    """softmax(q k^T / sqrt(D)) v by jax.nn.dot_product_attention: q, k, v [N, L, H, D], key_valid
+    bool [N, L] or None; returns [N, L, H, D]. With an `implementation` named, a mask goes in as a
+    [N, 1, L', L'] additive bias over an even length L' (cuDNN trains with a bias only on even
+    lengths, so an odd sequence gets one masked slot more, dropped from the output). Where the kernel
+    refuses when traced (shapes, cuDNN version), XLA's attention computes the same thing."""
+    if implementation is None:
+        mask = None if key_valid is None else key_valid[:, None, None, :]
+        return jax.nn.dot_product_attention(q, k, v, mask=mask)
+    n, length = q.shape[:2]
+    pad = length % 2 if key_valid is not None else 0
+    mask = None
+    if pad:
+        q, k, v = (jnp.pad(a, ((0, 0), (0, 1), (0, 0), (0, 0))) for a in (q, k, v))
+        key_valid = jnp.pad(key_valid, ((0, 0), (0, 1)))
+    if key_valid is not None:
+        mask = jnp.broadcast_to(key_valid[:, None, None, :], (n, 1, length + pad, length + pad))
+    try:
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+    except (NotImplementedError, RuntimeError, ValueError):  # the kernel refuses these shapes or this cuDNN
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask)
+    return out[:, :length]
+
+
 class Attention(nnx.Module):
     """Multi-head self-attention. `impl` (set on a built model by `use_attention`): 'xla' the einsums
     and float32 softmax written out below (the official maths); 'dot_product' jax.nn.dot_product_attention,
-    which takes cuDNN's fused flash attention on a GPU where it applies and the same maths elsewhere."""
+    with cuDNN's flash attention where `fused_kernel` says it applies and XLA's elsewhere."""
 
     impl = "xla"
 
@@ -87,8 +121,7 @@ class Attention(nnx.Module):
         qkv = self.qkv(x).reshape(n, length, 3, self.heads, hd)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         if self.impl == "dot_product":
-            mask = None if key_valid is None else key_valid[:, None, None, :]
-            return self.proj(jax.nn.dot_product_attention(q, k, v, mask=mask).reshape(n, length, dim))
+            return self.proj(fused_attention(q, k, v, key_valid, fused_kernel(q)).reshape(n, length, dim))
         logits = jnp.einsum("nqhd,nkhd->nhqk", q * jnp.asarray(hd**-0.5, q.dtype), k)
         logits = logits.astype(jnp.float32)
         if key_valid is not None:

@@ -77,7 +77,8 @@ class ModelConfig:
     remat: str = option("none", "Activation checkpointing per block: keep matmul outputs (dots) or only block "
                         "inputs (block).", flag=True, choices=REMAT_POLICIES)
     attention_impl: str = option("xla", "Attention kernel: xla (einsums and a float32 softmax, the official maths) or "
-                                 "dot_product (jax.nn.dot_product_attention: cuDNN flash attention on a GPU).",
+                                 "dot_product (jax.nn.dot_product_attention: cuDNN flash attention on an NVIDIA GPU in bfloat16, "
+                                 "XLA's elsewhere).",
                                  flag=True, choices=ATTENTION_IMPLS)
     # token mixers (models/mixer_pattern.py, models/s5.py); 'attn' is the ViT, unchanged
     # (one declaration for every objective: GenerativeConfig takes these three for the DiT, under the same flags)
