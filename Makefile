@@ -6,12 +6,15 @@ DEMO := demo
 
 .PHONY: demo test check bench venv clean
 
+# uv installs the environment in about a third of pip's time (benchmarks/NOTES.md); pip stays in the
+# environment for the README's other installs.
 $(BIN)/python:
 	$(shell command -v $(PYTHON) || echo python3) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q uv
 
+# --compile-bytecode: imports then read compiled modules, as after a pip install
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed
