@@ -232,7 +232,7 @@ def test_the_dit_scans_a_2d_grid_in_its_scan_order():
         dit = DiT(in_dim=4, out_dim=4, grid=(4, 4), width=16, depth=1, heads=2, num_classes=0, rngs=nnx.Rngs(0),
                   mixers=("s5",), ssm_state=4, scan_order=order)
         _randomise_zero_layers(dit, jax.random.key(3))
-        dit.blocks[0].ssm.ssm.log_step.value = jnp.zeros((2,))  # step 1: each token's state carries far
+        dit.blocks[0].ssm.ssm.log_step[...] = jnp.zeros((2,))  # step 1: each token's state carries far
         outs[order] = np.asarray(_apply(dit, tokens, jnp.array([0.5]), jnp.array([0])))
     assert np.abs(outs["raster"] - outs["hilbert"]).max() > 1e-4  # same parameters, another order (float noise: 1e-7)
 
