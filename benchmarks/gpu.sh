@@ -13,12 +13,12 @@
 #
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
 # others; its error goes into the table, its whole output into TABLE.log). After the table, a profile
-# of each model's bf16 step per op class (benchmarks/profile.py; PROFILE=0 leaves it out, TINY=1 too
+# of each model's bf16 step per op class (benchmarks/op_profile.py; PROFILE=0 leaves it out, TINY=1 too
 # unless PROFILE=1). The official step halves its
 # batch on out-of-memory (at most twice); the table gives the batch it ran at. After each model's bf16
 # row, one row per lever at that row's batch: LEVERS holds ';'-separated sets of gpu_step.py options
 # (default "--attention-impl dot_product", cuDNN's flash attention; TINY: none), and each set also gets
-# a profile, so it takes only options that benchmarks/profile.py takes too. Environment: PYTHON
+# a profile, so it takes only options that benchmarks/op_profile.py takes too. Environment: PYTHON
 # (default .venv/bin/python), STEPS (default 10), MODELS (default "base large"), F32 (0: no float32 rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +97,7 @@ if [[ "${PROFILE:-1}" != 0 ]]; then  # where each model's bf16 step spends its t
     for lever in "" "${LEVER_SETS[@]}"; do
       read -ra lever_args <<< "$lever"
       [[ -z "$lever" ]] || (( ${#lever_args[@]} )) || continue
-      out=$("$PYTHON" benchmarks/profile.py --model "$model" --patch-size "$PATCH" --image-size "$SIZE" "${PRED[@]}" \
+      out=$("$PYTHON" benchmarks/op_profile.py --model "$model" --patch-size "$PATCH" --image-size "$SIZE" "${PRED[@]}" \
             --dtype bfloat16 --batch "${batch:-16}" --steps 3 "${lever_args[@]}" 2>&1 | tee -a "$LOG")
       if [[ $out == *"| op class"* ]]; then
         printf '\n%s bf16 %s\n\n%s\n' "$model" "${lever_args[*]}" "$out" >> "$TABLE"

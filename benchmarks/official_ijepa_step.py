@@ -9,6 +9,8 @@ schedulers, EMA update). Runs under the Python that has torch (`pip install torc
     python benchmarks/official_ijepa_step.py --reference ~/src/ijepa [--steps 20] [--threads 2]
 
 Prints one JSON object: images/s (median step), step ms, and the context tokens after the cut.
+`--profile` adds the step's time per op class from torch's profiler (`op_classes`: the classes of
+benchmarks/op_profile.py, so that the two tables compare row by row).
 The masks are in1k_vith14's except min_keep 4: on this 8x8 grid a target block of 9 or 10 patches
 never exceeds min_keep 10, and the official collator then loops forever. The collator runs outside
 the timed step (the official loader collates in worker processes); ours samples masks inside it.
@@ -38,10 +40,12 @@ def main(argv=None) -> int:
     p.add_argument("--min-keep", type=int, default=4)
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--bf16", action="store_true", help="autocast to bfloat16 as src/train.py (use_bfloat16)")
+    p.add_argument("--profile", action="store_true", help="also the time per op class (torch.profiler, CPU)")
     args = p.parse_args(argv)
     sys.path.insert(0, args.reference)
     import torch
     import torch.nn.functional as F
+    from torch.profiler import record_function
 
     from src.helper import init_model, init_opt
     from src.masks.multiblock import MaskCollator
@@ -76,7 +80,7 @@ def main(argv=None) -> int:
         masks_pred = [m.to(device, non_blocking=True) for m in masks_pred]
         scheduler.step()
         wd_scheduler.step()
-        with autocast:
+        with autocast, record_function("forward+backward"):
             with torch.no_grad():
                 h = target_encoder(images)
                 h = F.layer_norm(h, (h.size(-1),))
@@ -85,15 +89,18 @@ def main(argv=None) -> int:
             z = encoder(images, masks_enc)
             z = predictor(z, masks_enc, masks_pred)
             loss = F.smooth_l1_loss(z, h)
-        if args.bf16:  # src/train.py: scaler.scale(loss).backward(); scaler.step(optimizer)
-            _scaler.scale(loss).backward()
-            _scaler.step(optimizer)
-            _scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        optimizer.zero_grad()
-        with torch.no_grad():
+            if args.bf16:  # src/train.py: scaler.scale(loss).backward(); scaler.step(optimizer)
+                _scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        with record_function("optimizer+EMA"):
+            if args.bf16:
+                _scaler.step(optimizer)
+                _scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+        with torch.no_grad(), record_function("optimizer+EMA"):
             m = next(momentum_scheduler)
             for param_q, param_k in zip(encoder.parameters(), target_encoder.parameters()):
                 param_k.data.mul_(m).add_((1. - m) * param_q.detach().data)
@@ -109,11 +116,59 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - t)
             context.append(len(masks_enc[0][0]))
     sec = float(np.median(times))
+    classes = None
+    if args.profile:
+        steps = 3
+        masks = [collator([(cpu_images[j],) for j in range(args.batch)])[1:] for _ in range(steps)]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for masks_enc, masks_pred in masks:
+                train_step(masks_enc, masks_pred)
+        classes = op_classes(prof.events(), steps)
     print(json.dumps({"images_per_sec": args.batch / sec, "step_ms": 1000 * sec, "threads": args.threads,
                       "device": args.device, "bf16": args.bf16, "model": args.model,
                       "torch": torch.__version__, "context_tokens": float(np.mean(context)),
-                      "context_tokens_range": [int(min(context)), int(max(context))]}))
+                      "context_tokens_range": [int(min(context)), int(max(context))], "op_classes": classes}))
     return 0
+
+
+# aten ops by benchmarks/op_profile.py's classes: the official Attention computes q @ k^T and attn @ v as
+# batched matmuls (bmm) and its softmax explicitly; the Linear layers are addmm / mm
+ATTENTION_OPS = {"aten::bmm", "aten::_softmax", "aten::_softmax_backward_data", "aten::baddbmm"}
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::_convolution", "aten::mkldnn_convolution",
+              "aten::convolution_backward", "aten::linear_backward"}
+GATHER_OPS = {"aten::gather", "aten::scatter", "aten::scatter_add_", "aten::index_select", "aten::index",
+              "aten::index_add_", "aten::index_put_", "aten::_index_put_impl_", "aten::gather_backward",
+              "aten::sort", "aten::masked_select"}
+
+
+def op_classes(events, steps: int) -> dict[str, float]:
+    """Seconds per step in each op class: every event's self CPU time, put in optimizer+EMA when a
+    `record_function("optimizer+EMA")` range encloses it, else by its aten name."""
+    out = dict.fromkeys(("matmuls", "attention", "gathers/scatters", "optimizer+EMA", "layernorm+elementwise"), 0.0)
+
+    def enclosing(event) -> bool:
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name == "optimizer+EMA":
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    for event in events:
+        if event.name in ("forward+backward", "optimizer+EMA") or event.name.startswith("ProfilerStep"):
+            continue
+        seconds = event.self_cpu_time_total * 1e-6 / steps
+        if enclosing(event):
+            out["optimizer+EMA"] += seconds
+        elif event.name in ATTENTION_OPS:
+            out["attention"] += seconds
+        elif event.name in MATMUL_OPS:
+            out["matmuls"] += seconds
+        elif event.name in GATHER_OPS:
+            out["gathers/scatters"] += seconds
+        else:
+            out["layernorm+elementwise"] += seconds
+    return out
 
 
 if __name__ == "__main__":

@@ -45,10 +45,11 @@ from machine import matmul_flops  # noqa: E402
 RECORDED_REF_IMAGES_PER_SEC = 79.0  # the official step, 74-84 img/s on this 2-core machine (benchmarks/NOTES.md)
 
 
-def reference_step(directory: str, python: str, steps: int, threads: int) -> dict:
-    """The official step's figures, from benchmarks/official_ijepa_step.py under `python`."""
+def reference_step(directory: str, python: str, steps: int, threads: int, *extra: str) -> dict:
+    """The official step's figures, from benchmarks/official_ijepa_step.py under `python` (`extra`:
+    more of its options)."""
     script = Path(__file__).resolve().parent / "official_ijepa_step.py"
-    cmd = [python, str(script), "--reference", directory, "--steps", str(steps), "--threads", str(threads)]
+    cmd = [python, str(script), "--reference", directory, "--steps", str(steps), "--threads", str(threads), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"the official step failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")

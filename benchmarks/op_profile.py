@@ -1,9 +1,14 @@
 """Where the I-JEPA train step's time goes, per op class: a table from XLA's compiled program and a
 profiler trace of a few steps.
 
-    .venv/bin/python benchmarks/profile.py [--model tiny --image-size 64 --patch-size 8 --batch 32]
+    .venv/bin/python benchmarks/op_profile.py [--model tiny --image-size 64 --patch-size 8 --batch 32]
         [--pred-depth 6 --pred-width 96] [--dtype float32|bfloat16] [--attention-impl xla|dot_product]
-        [--steps 5] [--json]
+        [--official-truncation] [--reference DIR [--reference-python PY]] [--steps 5] [--json]
+
+`--reference DIR` (a facebookresearch/ijepa checkout, torch under `--reference-python`) profiles the
+official step at the same size and batch on the CPU in the same run (benchmarks/official_ijepa_step.py
+--profile: torch's profiler, the same classes by aten op) and adds its milliseconds per class and
+ours/official; `--official-truncation` gives ours the official contexts' work.
 
 The step is the trainer's (benchmarks/train_step.py compiled_step: sharded over a `data` mesh of every
 device, the default masks). Each instruction of the compiled (optimised) HLO module is put in one
@@ -276,7 +281,7 @@ def profile(args) -> dict:
     options = dict(model=args.model, patch_size=args.patch_size, image_size=args.image_size, channels=3,
                    pred_depth=args.pred_depth, pred_width=args.pred_width, dtype=args.dtype, min_keep=args.min_keep,
                    width=args.width, depth=args.depth, heads=args.heads, attention_impl=args.attention_impl)
-    compiled, state, batch, _, _ = compiled_step(False, args.batch, options)
+    compiled, state, batch, _, _ = compiled_step(args.official_truncation, args.batch, options)
     table = op_table(compiled.as_text())
     for _ in range(2):  # warm-up
         state, _ = compiled(state, batch)
@@ -299,25 +304,58 @@ def profile(args) -> dict:
         row["seconds"] += times.get(name, 0.0) / args.steps
     op_seconds = sum(r["seconds"] for r in rows.values())
     device = jax.devices()[0]
-    return {"device": device.device_kind, "backend": jax.default_backend(), "devices": len(jax.devices()),
-            "options": options, "batch": args.batch, "step_s": wall, "op_s": op_seconds,
-            "host_other_s": wall - op_seconds, "rows": rows}
+    out = {"device": device.device_kind, "backend": jax.default_backend(), "devices": len(jax.devices()),
+           "options": options, "official_truncation": args.official_truncation, "batch": args.batch,
+           "step_s": wall, "op_s": op_seconds, "host_other_s": wall - op_seconds, "rows": rows}
+    if args.reference:
+        import os
+
+        from train_step import reference_step
+
+        model = {"tiny": "vit_tiny", "small": "vit_small", "base": "vit_base", "large": "vit_large",
+                 "huge": "vit_huge", "giant": "vit_giant"}[args.model]
+        out["reference"] = reference_step(
+            args.reference, args.reference_python, args.steps, os.cpu_count() or 1, "--profile",
+            "--batch", str(args.batch), "--model", model, "--crop-size", str(args.image_size),
+            "--patch-size", str(args.patch_size), "--pred-depth", str(args.pred_depth),
+            "--pred-emb-dim", str(args.pred_width), "--min-keep", str(args.min_keep))
+    return out
 
 
 def print_table(out: dict) -> None:
     o = out["options"]
+    ref = out.get("reference")
+    mode = ", official truncation" if out.get("official_truncation") else ""
     print(f"{out['device']} ({out['backend']}, {out['devices']} device(s)): I-JEPA ViT-{o['model']} "
           f"{o['image_size']} px / patch {o['patch_size']}, predictor {o['pred_depth']} x {o['pred_width']}, "
-          f"batch {out['batch']}, {o['dtype']}; step {1000 * out['step_s']:.1f} ms\n")
-    print(f"| {'op class':<22} | {'ops':>5} | {'GFLOP':>8} | {'MB moved':>9} | {'ms':>8} | {'share':>6} | {'GFLOP/s':>8} |")
-    print(f"|{'-' * 24}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 10}|{'-' * 8}|{'-' * 10}|")
+          f"batch {out['batch']}, {o['dtype']}{mode}; step {1000 * out['step_s']:.1f} ms"
+          + (f"; official step {ref['step_ms']:.1f} ms (torch {ref['torch']}, {ref['threads']} threads)" if ref else "")
+          + "\n")
+    extra_head = f" {'official ms':>11} | {'ours/official':>13} |" if ref else ""
+    print(f"| {'op class':<22} | {'ops':>5} | {'GFLOP':>8} | {'MB moved':>9} | {'ms':>8} | {'share':>6} | {'GFLOP/s':>8} |"
+          + extra_head)
+    print(f"|{'-' * 24}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 10}|{'-' * 8}|{'-' * 10}|"
+          + (f"{'-' * 13}|{'-' * 15}|" if ref else ""))
     wall = out["step_s"]
+
+    def compare(ours: float, theirs: float | None) -> str:
+        if not ref:
+            return ""
+        if theirs is None:
+            return f" {'':>11} | {'':>13} |"
+        return f" {1000 * theirs:11.2f} | {ours / theirs if theirs else float('nan'):13.2f} |"
+
+    classes = (ref or {}).get("op_classes") or {}
     for cls, r in out["rows"].items():
         rate = r["flops"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
         print(f"| {cls:<22} | {r['ops']:5d} | {r['flops'] / 1e9:8.3f} | {r['bytes'] / 1e6:9.1f} | "
-              f"{1000 * r['seconds']:8.2f} | {r['seconds'] / wall:6.1%} | {rate:8.1f} |")
+              f"{1000 * r['seconds']:8.2f} | {r['seconds'] / wall:6.1%} | {rate:8.1f} |" + compare(r["seconds"], classes.get(cls)))
+    theirs_other = ref["step_ms"] / 1000 - sum(classes.values()) if ref and classes else None
     print(f"| {'host/other':<22} | {'':>5} | {'':>8} | {'':>9} | {1000 * out['host_other_s']:8.2f} | "
-          f"{out['host_other_s'] / wall:6.1%} | {'':>8} |")
+          f"{out['host_other_s'] / wall:6.1%} | {'':>8} |" + compare(out["host_other_s"], theirs_other))
+    if ref:
+        print(f"| {'step':<22} | {'':>5} | {'':>8} | {'':>9} | {1000 * wall:8.2f} | {'':>6} | {'':>8} |"
+              + compare(wall, ref["step_ms"] / 1000))
 
 
 def main(argv=None) -> int:
@@ -335,6 +373,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--official-truncation", action="store_true", help="the official contexts' work (equal work)")
+    p.add_argument("--reference", help="a checkout of facebookresearch/ijepa: profile the official step too")
+    p.add_argument("--reference-python", default=sys.executable, help="a Python with torch (default: this one)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     out = profile(args)
