@@ -38,3 +38,9 @@ def test_an_instruction_traced_inside_the_fused_attention_is_attention_and_a_lin
     linear = {"opcode": "dot", "stack": [(block, "Linear.__call__", 50), (block, "Attention.__call__", 128)]}
     assert [op_profile.classify_one(ins, regions) for ins in (fused, einsum, linear)] == ["attention", "attention",
                                                                                       "matmuls"]
+
+
+def test_no_benchmark_script_shadows_a_standard_library_module():
+    # each script runs with benchmarks/ first on sys.path: a profile.py there broke torch's `import cProfile`
+    names = {path.stem for path in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py")}
+    assert names & sys.stdlib_module_names == set()
