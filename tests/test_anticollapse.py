@@ -109,7 +109,7 @@ def _recipe(path, name: str, table: dict, **top):
 def test_a_tiny_run_logs_the_collapse_telemetry_the_terms_and_the_k_nn_probe(run_cli, tmp_path, name, modality):
     data = _dataset(tmp_path / "d.zarr", modality)
     options = {**CASES[name][0], "var_weight": 1.0, "cov_weight": 0.04}
-    recipe = _recipe(tmp_path / "r.toml", name, options, steps=2, batch_size=8, warmup_steps=1, log_every=1)
+    recipe = _recipe(tmp_path / "r.toml", name, options, steps=2, batch_size=8, warmup_steps=1, log_every=1, mesh="data=1")
     result = run_cli("train", "--config", recipe, "--data", data, "--out", tmp_path / "run", "--probe-every", "2",
                      "--probe-data", f"{data},{data}", "--probe-k", "3", "--quiet")
     assert result.exit_code == 0, result.stderr

@@ -78,7 +78,7 @@ def test_a_run_records_the_statistics_in_run_json_and_encode_latents_applies_the
     data = _dataset(tmp_path / "d.zarr", _waves(8))
     recipe = tmp_path / "r.toml"
     table = "\n".join(f"{k} = {json.dumps(v)}" for k, v in TINY.items() if k not in ("sample_rate", "seconds"))
-    recipe.write_text(f'objective = "audio-jepa"\nsteps = 0\nbatch_size = 8\n["audio-jepa"]\n{table}\n'
+    recipe.write_text(f'objective = "audio-jepa"\nsteps = 0\nbatch_size = 8\nmesh = "data=1"\n["audio-jepa"]\n{table}\n'
                       'spec_norm = "dataset"\n')
     result = run_cli("train", "--config", recipe, "--data", data, "--out", tmp_path / "run", "--quiet")
     assert result.exit_code == 0, result.stderr

@@ -112,7 +112,7 @@ def tones(tmp_path_factory):
         run("ingest", "builtin:tones", root / f"{split}.zarr", "--sample-rate", "8000", "--seconds", "0.5",
             "--split", split, "-q")
     recipe = root / "r.toml"
-    recipe.write_text('objective = "audio-jepa"\nbatch_size = 16\nlr = 1e-3\nstart_lr = 1e-6\nfinal_lr = 0.0\n'
+    recipe.write_text('objective = "audio-jepa"\nmesh = "data=1"\nbatch_size = 16\nlr = 1e-3\nstart_lr = 1e-6\nfinal_lr = 0.0\n'
                       'warmup_steps = 2\nwd = 1e-6\nfinal_wd = 1e-6\nbetas = [0.9, 0.95]\nlog_every = 1\n'
                       '["audio-jepa"]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in TINY.items()
                                                    if k not in ("sample_rate", "seconds")))

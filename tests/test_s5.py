@@ -271,7 +271,7 @@ def test_a_flow_run_trains_an_s5_dit_from_the_command_line_and_refuses_to_resume
 
     store.write_group(tmp_path / "d.zarr", store.base_attributes("dataset", modality="image", layout="NHWC"))
     store.write_array(tmp_path / "d.zarr" / "inputs", np.zeros((8, 8, 8, 1), np.uint8))
-    (tmp_path / "flow.toml").write_text('objective = "flow"\n[flow]\nwidth = 16\ndepth = 1\nheads = 2\n'
+    (tmp_path / "flow.toml").write_text('objective = "flow"\nmesh = "data=1"\n[flow]\nwidth = 16\ndepth = 1\nheads = 2\n'
                                         'patch_size = 4\n')
     run = tmp_path / "run"
     common = ["train", "--config", str(tmp_path / "flow.toml"), "--data", str(tmp_path / "d.zarr"), "--out", str(run),
