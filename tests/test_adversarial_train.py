@@ -272,3 +272,23 @@ def test_allow_new_data_continues_a_run_on_another_dataset(run_cli, toy_data, tm
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["checkpoints"] == [2, 3]
     assert json.loads((run / "run.json").read_text())["dataset"]["path"] == str(other.resolve())
+
+
+@pytest.mark.parametrize("kind", ["missing", "a run"])
+def test_a_bad_dataset_is_refused_before_jax_loads(tmp_path, kind):
+    # the refusal takes a fraction of a second instead of JAX's import (2 s)
+    if kind == "missing":
+        data, reason = tmp_path / "missing.zarr", "no such dataset"
+    else:
+        data, reason = tmp_path / "run.zarr", "is a 'run', not a dataset"
+        data.mkdir()
+        (data / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {"jepa_kind": "run"}}')
+    code = ("import sys\nfrom jepa_cli.cli.main import cli\n"
+            "try:\n    cli.main(sys.argv[1:], prog_name='jepa')\n"
+            "finally:\n    print('jax loaded' if 'jax' in sys.modules else 'no jax')\n")
+    done = subprocess.run([sys.executable, "-c", code, "train", "--config", "builtin:ijepa-digits-tiny", "--data",
+                           str(data), "--out", str(tmp_path / "out")], env=jepa_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (2, "no jax")
+    assert done.stderr.strip().splitlines() == [f"jepa: error: {data}: {reason}"]
+    assert not (tmp_path / "out").exists()

@@ -146,13 +146,17 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
         click.echo(to_toml(config, notes), nl=False)
         return 0
 
+    config = resolve_config(_cli_values(options), config_path, resume=resume, env_values=env_values)
+    if config.data:  # a missing or damaged dataset is refused before JAX loads (seconds)
+        from jepa_cli.data.trainable import check_dataset
+
+        check_dataset(config.data)
+
     from jepa_cli.training import distributed
 
     distributed.initialize(coordinator, num_processes, process_id)
 
     from jepa_cli.training.loop import Callbacks, train
-
-    config = resolve_config(_cli_values(options), config_path, resume=resume, env_values=env_values)
 
     import jax
 

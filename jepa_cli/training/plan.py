@@ -106,7 +106,7 @@ def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str | None, 
     the trainer's (length_notes) and the objective class's `config_notes(table)` hook when it has one.
     Reads the dataset's metadata; writes nothing and builds no model."""
     from jepa_cli.objectives import OBJECTIVES
-    from jepa_cli.training.data import check_dataset
+    from jepa_cli.data.trainable import check_dataset
 
     if not config.data:
         raise InputError("--data is required (the dataset fills in the image size and channels)")
@@ -129,7 +129,8 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     import jax
 
     from jepa_cli.training import mesh as mesh_lib
-    from jepa_cli.training.data import abstract_batch, check_dataset, check_modality
+    from jepa_cli.data.trainable import check_dataset, check_modality
+    from jepa_cli.training.data import abstract_batch
     from jepa_cli.training.run import abstract_state, build_optimizer, read_run, require_tensorboard, require_wandb
     from jepa_cli.training.step import jit_step, make_step_fn
 
