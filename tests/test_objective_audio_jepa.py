@@ -184,3 +184,13 @@ def test_the_default_audio_jepa_encoder_traces_on_10_s_clips_at_32_khz():
     waves = jax.ShapeDtypeStruct((2, 320000), jnp.float32)
     assert jax.eval_shape(obj.spectrogram, waves).shape == (2, 256, 128, 1)  # 254 Kaldi frames padded to 256
     assert jax.eval_shape(obj.encode, shapes["encoder"], waves).shape == (2, 16, 768)  # 16 vectors per 10 s
+
+
+def test_encoding_audio_counts_its_progress_in_clips(tones, run_cli, monkeypatch):
+    from jepa_cli.cli.common import ProgressHandle
+
+    monkeypatch.setattr(ProgressHandle, "PLAIN_AFTER_S", 0.0)  # a plain progress line from the first batch
+    root, _, _ = tones
+    result = run_cli("encode-latents", root / "run", root / "test.zarr", "-o", root / "clips.zarr")
+    assert result.exit_code == 0, result.stderr
+    assert "60/60 clips" in result.stderr and "images" not in result.stderr

@@ -6,6 +6,11 @@ import click
 
 from jepa_cli.cli.common import emit, output_options, progress_bar, warn
 from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_steps
+from jepa_cli.errors import InputError
+
+
+# the progress bar's unit for one example of each dataset modality
+EXAMPLE_UNITS = {"image": "images", "video": "clips", "audio": "clips", "latent": "vectors"}
 
 
 @click.command("encode-latents")
@@ -44,14 +49,19 @@ def command(run, data, output, step, weights, pool, layers, batch_size, mesh, fo
 
     from jepa_cli.evaluation.run_encoder import encode_run
 
-    total = None
-    if (Path(data) / "inputs" / "zarr.json").exists():
+    total, unit = None, "examples"
+    if (Path(data) / "inputs" / "zarr.json").exists() and (Path(data) / "zarr.json").exists():
+        from jepa_cli.data import store
         from jepa_cli.data.describe import array_summary
 
         total = array_summary(Path(data) / "inputs")["shape"][0]
+        try:
+            unit = EXAMPLE_UNITS.get(store.read_attributes(data).get("modality", "image"), unit)
+        except InputError:
+            pass  # encode_run says what is wrong with the dataset
     state = {}
     start = time.perf_counter()
-    with progress_bar("encoding", total, "images", quiet=quiet or as_json) as advance:
+    with progress_bar("encoding", total, unit, quiet=quiet or as_json) as advance:
         def on_start(n, done):
             state["resumed"] = done
             if done:
