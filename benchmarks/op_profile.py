@@ -39,6 +39,7 @@ import collections
 import glob
 import inspect
 import json
+import os
 import re
 import sys
 import tempfile
@@ -308,15 +309,11 @@ def profile(args) -> dict:
            "options": options, "official_truncation": args.official_truncation, "batch": args.batch,
            "step_s": wall, "op_s": op_seconds, "host_other_s": wall - op_seconds, "rows": rows}
     if args.reference:
-        import os
-
         from train_step import reference_step
 
-        model = {"tiny": "vit_tiny", "small": "vit_small", "base": "vit_base", "large": "vit_large",
-                 "huge": "vit_huge", "giant": "vit_giant"}[args.model]
         out["reference"] = reference_step(
             args.reference, args.reference_python, args.steps, os.cpu_count() or 1, "--profile",
-            "--batch", str(args.batch), "--model", model, "--crop-size", str(args.image_size),
+            "--batch", str(args.batch), "--model", f"vit_{args.model}", "--crop-size", str(args.image_size),
             "--patch-size", str(args.patch_size), "--pred-depth", str(args.pred_depth),
             "--pred-emb-dim", str(args.pred_width), "--min-keep", str(args.min_keep))
     return out
