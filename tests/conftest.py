@@ -143,3 +143,35 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+def _reuse_identical_compiles() -> None:
+    """Hands a program that this process has compiled before its earlier executable instead of
+    compiling it again. Tests build their models and steps afresh, so JAX traces them again and, with
+    no persistent cache in this process (the warm-cache deadlock above), compiles the same programs
+    again. The memo holds live executables, never deserialised ones: the same objects a jitted
+    function reuses on its second call. Keyed by the module's text without its source locations (two
+    traces of one program differ only there: the calling test's lines), its devices and its compile
+    options; a program with host callbacks (bound to Python objects) always compiles."""
+    import hashlib
+
+    from jax._src import compiler
+
+    compile_and_load = compiler.backend_compile_and_load
+    compiled: dict[bytes, object] = {}
+
+    def reuse(backend, module, executable_devices, options, host_callbacks):
+        if host_callbacks:
+            return compile_and_load(backend, module, executable_devices, options, host_callbacks)
+        key = hashlib.sha256(module.operation.get_asm(enable_debug_info=False).encode())
+        key.update(repr([device.id for device in executable_devices]).encode())
+        key.update(options.SerializeAsString())
+        digest = key.digest()
+        if digest not in compiled:
+            compiled[digest] = compile_and_load(backend, module, executable_devices, options, host_callbacks)
+        return compiled[digest]
+
+    compiler.backend_compile_and_load = reuse
+
+
+_reuse_identical_compiles()
