@@ -8,7 +8,7 @@
 #
 #   bash benchmarks/gpu.sh [TABLE.md]                 # default table file: gpu-bench.md
 #   REFERENCE=~/src/ijepa bash benchmarks/gpu.sh      # also the official step (torch must see CUDA)
-#   TINY=1 bash benchmarks/gpu.sh t.md                # a 2-block, 48-wide ViT at 32 px, 2 steps: a CPU smoke test
+#   TINY=1 bash benchmarks/gpu.sh t.md                # a 1-block, 32-wide ViT at 32 px, 2 steps: a CPU smoke test
 #   LEVERS="--attention-impl dot_product; --remat dots" bash benchmarks/gpu.sh   # the speed levers to measure
 #
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
@@ -32,7 +32,7 @@ trap 'rm -f "$ROWS"' EXIT
 if [[ -n "${TINY:-}" ]]; then
   LEVERS=${LEVERS:-}
   MODELS=${MODELS:-tiny}; SIZE=32; PATCH=8
-  PRED=(--depth 2 --width 48 --heads 3 --pred-depth 1 --pred-width 48 --min-keep 2)
+  PRED=(--depth 1 --width 32 --heads 2 --pred-depth 1 --pred-width 32 --min-keep 2)
   STEPS=${STEPS:-2}; BATCH=auto; PROBE=(--probe-batch 4)
 else
   MODELS=${MODELS:-base large}; SIZE=224; PATCH=16; PRED=(--pred-depth 12 --pred-width 384 --min-keep 10)
