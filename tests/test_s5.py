@@ -92,8 +92,19 @@ def test_pattern_repeats_cyclically_to_the_depth():
     assert cfg.predictor_mixers == ("s5", "attn")
 
 
+def test_pred_mixer_gives_the_predictor_its_own_pattern_under_a_3_to_1_encoder():
+    cfg = ModelConfig(**{**TINY, "depth": 6, "pred_depth": 2}, mixer="s5,s5,s5,attn", pred_mixer="attn")
+    assert cfg.encoder_mixers == ("s5", "s5", "s5", "attn", "s5", "s5")
+    assert cfg.predictor_mixers == ("attn", "attn")
+    assert set(to_pure(cfg.predictor(nnx.Rngs(0)))["blocks"]["1"]) == {"norm1", "attn", "norm2", "mlp"}
+    assert ModelConfig(**TINY, pred_mixer="s5").encoder_mixers == ("attn", "attn")
+
+
 @pytest.mark.parametrize("options, message", [
     ({"mixer": "mamba"}, "unknown mixer 'mamba'"),
+    ({"mixer": "s5,s5,s5,attn", "depth": 4, "pred_depth": 2}, "names 4 blocks but the predictor has 2"),
+    ({"pred_mixer": "s5,attn,s5"}, "names 3 blocks but the predictor has 2"),
+    ({"pred_mixer": "lstm"}, "unknown mixer 'lstm'"),
     ({"mixer": ""}, "has an empty entry"),
     ({"mixer": "s5,,attn"}, "has an empty entry"),
     ({"mixer": "s5,attn,s5"}, "names 3 blocks but the encoder has 2"),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS, MIXER_APPLIES, SCAN_ORDERS, parse_mixer
+from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS, JEPA_MIXER_APPLIES, MIXER_APPLIES, SCAN_ORDERS, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -85,6 +85,9 @@ class ModelConfig:
     mixer: str = option("attn", "Token mixer per block: attn, s5 or a comma-separated PATTERN repeated over the "
                         "depth of each stack, encoder, predictor or DiT (s5,s5,s5,attn: a 3:1 hybrid).", flag=True,
                         applies=MIXER_APPLIES, metavar="PATTERN")
+    pred_mixer: str = option("", "Token mixer PATTERN of the predictor alone (as --mixer); empty: the --mixer "
+                             "pattern. A 2-block predictor under a 3:1 encoder: attn.", flag=True,
+                             applies=JEPA_MIXER_APPLIES, metavar="PATTERN")
     ssm_state: int = option(64, "S5 state size P (even; P/2 conjugate-pair states are stored).", flag=True,
                             applies=MIXER_APPLIES)
     scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",
@@ -168,8 +171,8 @@ class ModelConfig:
 
     @property
     def predictor_mixers(self) -> tuple[str, ...]:
-        """The mixer of each predictor block (the same pattern repeated to the predictor's depth)."""
-        return parse_mixer(self.mixer, self.pred_depth, "predictor") if self.pred_depth else ()
+        """The mixer of each predictor block: `pred_mixer`, else `mixer`, repeated to the predictor's depth."""
+        return parse_mixer(self.pred_mixer or self.mixer, self.pred_depth, "predictor") if self.pred_depth else ()
 
     def _mixer_kwargs(self, mixers: tuple[str, ...]) -> dict:
         """The mixer and norm arguments of a stack: none for attention only, so those modules stay as they were."""

@@ -3,7 +3,8 @@ CLI checks them before JAX loads.
 
 A pattern is a comma-separated list of mixer names (`attn`, `s5`); block i of a stack of depth d gets
 entry i mod len(pattern), so `s5,s5,s5,attn` is a 3:1 hybrid at any depth and a list of d names sets
-every block. One pattern serves the encoder and the predictor (each repeats it to its own depth).
+every block. One pattern serves the encoder and the predictor (each repeats it to its own depth), unless
+`pred_mixer` gives the predictor its own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ ATTENTION_IMPLS = ("xla", "dot_product")  # models/block.py Attention.impl
 # the objectives whose models take the mixer options (`jepa train --help` names them): the JEPA encoders
 # and predictors (ModelConfig) and the generative objectives' DiT (GenerativeConfig)
 MIXER_APPLIES = ("ijepa", "vjepa", "audio-jepa", "flow", "diffusion")
+JEPA_MIXER_APPLIES = MIXER_APPLIES[:3]  # `pred_mixer`: the objectives with a predictor
 
 
 def parse_mixer(pattern: str, depth: int, what: str = "encoder") -> tuple[str, ...]:

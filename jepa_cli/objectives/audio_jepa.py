@@ -62,6 +62,7 @@ class AudioJEPAConfig:
     scan_layers: bool = option_of(ModelConfig, "scan_layers", False)
     remat: str = option_of(ModelConfig, "remat", "none")
     mixer: str = option_of(ModelConfig, "mixer", "attn")
+    pred_mixer: str = option_of(ModelConfig, "pred_mixer", "")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     # Audio-JEPA configs/model/jepa.yaml leaves norm_layer at torch's nn.LayerNorm: eps 1e-5
@@ -177,7 +178,7 @@ class AudioJEPAConfig:
                            channels=channels, pred_depth=self.pred_depth, pred_width=self.pred_width,
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
                            heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
-                           remat=self.remat, mixer=self.mixer, ssm_state=self.ssm_state,
+                           remat=self.remat, mixer=self.mixer, pred_mixer=self.pred_mixer, ssm_state=self.ssm_state,
                            scan_order=self.scan_order, norm_eps=self.norm_eps)
 
     @property

@@ -100,7 +100,8 @@ def _check_official(run_dir: Path, name: str, objective: Any) -> Any:
     layout = OFFICIAL[name]
     model = objective.model_config
     if set(model.encoder_mixers) | set(model.predictor_mixers) != {"attn"}:
-        raise InputError(f"{run_dir}: its model mixes tokens with {model.mixer!r}; the official model has "
+        pattern = model.mixer if set(model.encoder_mixers) != {"attn"} else model.pred_mixer
+        raise InputError(f"{run_dir}: its model mixes tokens with {pattern!r}; the official model has "
                          "attention blocks only")
     if model.norm_eps != layout.norm_eps:
         raise InputError(f"{run_dir}: its LayerNorm epsilon (norm_eps) is {model.norm_eps:g}, the official "
