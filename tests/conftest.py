@@ -157,7 +157,9 @@ def _reuse_identical_compiles() -> None:
 
     from jax._src import compiler
 
-    compile_and_load = compiler.backend_compile_and_load
+    compile_and_load = getattr(compiler, "backend_compile_and_load", None)
+    if compile_and_load is None:  # a JAX without this private entry point: every program compiles, as before
+        return
     compiled: dict[bytes, object] = {}
 
     def reuse(backend, module, executable_devices, options, host_callbacks):
