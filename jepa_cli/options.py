@@ -100,7 +100,9 @@ def flags(*classes: type, flagged_only: bool = True) -> list[Flag]:
 
 def shown(value: Any) -> str:
     """A default as the command line would write it: 0.15,0.2 for a pair, 0.15:0.15,0.7:0.7 for one
-    pair per mask pair, true/false, 224."""
+    pair per mask pair, true/false, 224, "" for an empty string."""
+    if value == "":
+        return '""'
     if isinstance(value, (tuple, list)):
         return ",".join(":".join(map(shown, v)) if isinstance(v, (tuple, list)) else shown(v) for v in value)
     return str(value).lower() if isinstance(value, bool) else str(value)
