@@ -16,8 +16,8 @@ SCAN_ORDERS = ("raster", "serpentine", "hilbert")  # models/scan_order.py
 ATTENTION_IMPLS = ("xla", "dot_product")  # models/block.py Attention.impl
 # the objectives whose models take the mixer options (`jepa train --help` names them): the JEPA encoders
 # and predictors (ModelConfig) and the generative objectives' DiT (GenerativeConfig)
-MIXER_APPLIES = ("ijepa", "vjepa", "audio-jepa", "flow", "diffusion")
-JEPA_MIXER_APPLIES = MIXER_APPLIES[:3]  # `pred_mixer`: the objectives with a predictor
+JEPA_MIXER_APPLIES = ("ijepa", "vjepa", "audio-jepa")  # `pred_mixer`: the objectives with a predictor
+MIXER_APPLIES = JEPA_MIXER_APPLIES + ("flow", "diffusion")
 
 
 def parse_mixer(pattern: str, depth: int, what: str = "encoder") -> tuple[str, ...]:
