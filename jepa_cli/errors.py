@@ -3,9 +3,11 @@
 Library code raises these; the CLI turns them into `jepa: error: ...` and the exit code.
 """
 
+import contextlib
 import errno
 import os
 import re
+from typing import Iterator
 
 
 class JepaError(Exception):
@@ -25,18 +27,33 @@ class Terminated(KeyboardInterrupt):
 
 
 _received: list[int] = []  # signal numbers that reached the handlers below, in order
+_deferring = [0]  # > 0 inside `signals_deferred`: the handlers below record and return
 
 
 def raise_terminated(signum, frame) -> None:
-    """A SIGTERM handler: raises Terminated in the main thread."""
+    """A SIGTERM handler: raises Terminated in the main thread (records it only inside `signals_deferred`)."""
     _received.append(signum)
-    raise Terminated
+    if not _deferring[0]:
+        raise Terminated
 
 
 def raise_interrupted(signum, frame) -> None:
-    """A SIGINT handler: raises KeyboardInterrupt, as Python's own, and remembers the signal."""
+    """A SIGINT handler: raises KeyboardInterrupt, as Python's own, and remembers the signal (records it
+    only inside `signals_deferred`)."""
     _received.append(signum)
-    raise KeyboardInterrupt
+    if not _deferring[0]:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside the block SIGINT/SIGTERM are recorded, not raised (`raise_if_signalled_since` raises them
+    after it): for a call whose result must not be lost, such as the future of a write it starts."""
+    _deferring[0] += 1
+    try:
+        yield
+    finally:
+        _deferring[0] -= 1
 
 
 def signal_mark() -> int:

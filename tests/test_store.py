@@ -5,6 +5,7 @@ are reported."""
 import fcntl
 import json
 import os
+import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from jepa_cli.data import atomic, resources, store
+from jepa_cli import errors
 from jepa_cli.errors import InputError
 
 
@@ -217,8 +219,36 @@ def test_a_signal_during_a_write_waits_for_the_write_before_it_propagates():
     # else the write lands in the partial output while the interrupted command removes it
     write = _InterruptedWrite()
     with pytest.raises(KeyboardInterrupt):
-        store.complete(write)
+        store.complete(lambda: write)
     assert write.finished and write.waits == 2
+
+
+class _Write:
+    """A TensorStore write future that finishes on its first wait."""
+
+    def __init__(self):
+        self.waits = 0
+        self.finished = False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def result(self) -> None:
+        self.waits += 1
+        self.finished = True
+
+
+def test_a_signal_while_a_write_starts_is_raised_only_once_its_future_is_in_hand():
+    # a signal raised as the call that starts the write returns would drop the future unwaited
+    write = _Write()
+
+    def start():
+        errors.raise_terminated(signal.SIGTERM, None)  # what the handler does when SIGTERM lands here
+        return write
+
+    with pytest.raises(errors.Terminated):
+        store.complete(start)
+    assert write.waits == 1 and write.finished
 
 
 def test_a_truncated_chunk_names_the_array_and_the_chunk(tmp_path):

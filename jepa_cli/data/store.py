@@ -12,12 +12,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from jepa_cli import __version__
-from jepa_cli.errors import InputError
+from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark, signals_deferred
 
 GROUP_METADATA = "zarr.json"
 DEFAULT_CHUNK_BYTES = 4 << 20  # aim for ~4 MiB chunks along the sample axis
@@ -105,7 +105,7 @@ def create_array(path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtyp
                  chunk_n: int | None = None, compress: bool = True):
     """Creates a zarr v3 array with TensorStore, chunked along the first axis, zstd-compressed.
 
-    Returns the open TensorStore (write with `complete(store[a:b].write(x))`).
+    Returns the open TensorStore (write with `complete(lambda: store[a:b].write(x))`).
     """
     import tensorstore as ts
 
@@ -128,16 +128,22 @@ def create_array(path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtyp
         "create": True,
         "delete_existing": True,
     }
-    return complete(ts.open(spec))
+    return complete(lambda: ts.open(spec))
 
-def complete(future):
-    """The result of a TensorStore `future` that writes (an open that creates, a write, a resize),
-    waiting for it to finish even when a signal interrupts the wait: a write left in flight would put
-    files back into a partial output that the interrupted command is removing."""
+def complete(start: Callable[[], Any]) -> Any:
+    """Starts a TensorStore operation that writes (`start()`: an open that creates, a write, a resize)
+    and returns its result, waiting for it to finish even when a signal interrupts: a write left in
+    flight would put files back into a partial output that the interrupted command is removing. A
+    signal while `start()` runs is held until its future is in hand, so no future is ever dropped."""
+    mark = signal_mark()
+    future = None
     try:
+        with signals_deferred():
+            future = start()
+        raise_if_signalled_since(mark)
         return future.result()
     except BaseException:
-        while not future.done():
+        while future is not None and not future.done():
             try:
                 future.result()
             except BaseException:  # a second signal, or the write's own error: the first exception wins
@@ -153,7 +159,7 @@ def write_array(path: str | os.PathLike, array: np.ndarray, chunk_n: int | None 
     """Writes a whole in-memory array as a zarr v3 array."""
     array = np.asarray(array)
     store = create_array(path, array.shape, array.dtype, chunk_n)
-    complete(store.write(array))
+    complete(lambda: store.write(array))
 
 def open_array(path: str | os.PathLike, write: bool = False):
     """Opens an existing zarr v3 array with TensorStore; InputError if it is missing or its
@@ -220,7 +226,7 @@ class RowWriter:
 
     def _flush(self) -> None:
         if self.filled:
-            complete(self.array[self.written:self.written + self.filled].write(self.buffer[:self.filled]))
+            complete(lambda: self.array[self.written:self.written + self.filled].write(self.buffer[:self.filled]))
             self.written += self.filled
             self.filled = 0
 
@@ -231,7 +237,7 @@ class RowWriter:
 
 def resize_first_axis(store, n: int):
     """Shrinks or grows the first axis of an open array to `n`; returns the resized store."""
-    return complete(store.resize(exclusive_max=[n] + list(store.shape[1:]), shrink_only=False))
+    return complete(lambda: store.resize(exclusive_max=[n] + list(store.shape[1:]), shrink_only=False))
 
 def disk_bytes(path: str | os.PathLike) -> int:
     """Bytes the directory tree at `path` takes on disk (file sizes)."""

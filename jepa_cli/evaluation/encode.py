@@ -236,7 +236,7 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
                     on_progress(len(part))
             z = np.concatenate(parts, axis=0)
             check_finite_rows(z, f"{a}..{b - 1} of {source}; {output} not written", encoder_name)
-            store.complete(z_store[a:b].write(z))
+            store.complete(lambda: z_store[a:b].write(z))
             unit_stats[i] = chunk_stats(z)
             count, mean, m2 = unit_stats[i]
             resumable.mark_unit(tmp, i, count=np.int64(count), mean=mean, m2=m2)

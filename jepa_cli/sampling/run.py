@@ -170,7 +170,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
             if i + 1 == batches or (i + 1) % per_unit == 0:  # the unit's last batch: write it, then record it
                 first = (i // per_unit) * unit_rows
                 block = np.concatenate(parts)
-                store.complete(samples[first:first + len(block)].write(block))
+                store.complete(lambda: samples[first:first + len(block)].write(block))
                 resumable.mark_unit(tmp, i // per_unit)
                 parts = []
                 raise_if_signalled_since(mark)  # a signal a callback swallowed: stop at a unit's edge
