@@ -198,10 +198,12 @@ def test_a_swapped_out_folder_that_is_not_a_jepa_output_is_kept(tmp_path):
 
 # --- damaged arrays and metadata ----------------------------------------------------------------------
 
-class _InterruptedWrite:
-    """A TensorStore write future whose first wait is interrupted by a signal while the write goes on."""
+class _Write:
+    """A TensorStore write future whose first `interrupted` waits are interrupted by a signal while the
+    write goes on; the wait after them sees it finish."""
 
-    def __init__(self):
+    def __init__(self, interrupted: int = 0):
+        self.interrupted = interrupted
         self.waits = 0
         self.finished = False
 
@@ -210,32 +212,17 @@ class _InterruptedWrite:
 
     def result(self) -> None:
         self.waits += 1
-        if self.waits == 1:
+        if self.waits <= self.interrupted:
             raise KeyboardInterrupt
         self.finished = True
 
 
 def test_a_signal_during_a_write_waits_for_the_write_before_it_propagates():
     # else the write lands in the partial output while the interrupted command removes it
-    write = _InterruptedWrite()
+    write = _Write(interrupted=1)
     with pytest.raises(KeyboardInterrupt):
         store.complete(lambda: write)
     assert write.finished and write.waits == 2
-
-
-class _Write:
-    """A TensorStore write future that finishes on its first wait."""
-
-    def __init__(self):
-        self.waits = 0
-        self.finished = False
-
-    def done(self) -> bool:
-        return self.finished
-
-    def result(self) -> None:
-        self.waits += 1
-        self.finished = True
 
 
 def test_a_signal_while_a_write_starts_is_raised_only_once_its_future_is_in_hand():
