@@ -83,7 +83,7 @@ class ModelConfig:
     # token mixers (models/mixer_pattern.py, models/s5.py); 'attn' is the ViT, unchanged
     # (one declaration for every objective: GenerativeConfig takes these three for the DiT, under the same flags)
     mixer: str = option("attn", "Token mixer per block: attn, s5 or a comma-separated PATTERN repeated over the "
-                        "depth of each stack, encoder, predictor or DiT (s5,s5,s5,attn: a 3:1 hybrid).", flag=True,
+                        "depth of each stack, encoder, predictor or DiT (s5,s5,s5,attn: 3:1 at a depth of 4, 8, 12...).", flag=True,
                         applies=MIXER_APPLIES, metavar="PATTERN")
     pred_mixer: str = option("", "Token mixer PATTERN of the predictor alone (as --mixer); empty: the --mixer "
                              "pattern. A 2-block predictor under a 3:1 encoder: attn.", flag=True,

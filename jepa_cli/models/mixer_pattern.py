@@ -2,9 +2,10 @@
 CLI checks them before JAX loads.
 
 A pattern is a comma-separated list of mixer names (`attn`, `s5`); block i of a stack of depth d gets
-entry i mod len(pattern), so `s5,s5,s5,attn` is a 3:1 hybrid at any depth and a list of d names sets
-every block. One pattern serves the encoder and the predictor (each repeats it to its own depth), unless
-`pred_mixer` gives the predictor its own.
+entry i mod len(pattern), so `s5,s5,s5,attn` is a 3:1 hybrid at a depth that is a multiple of 4 (at
+depth 6: s5, s5, s5, attn, s5, s5) and a list of d names sets every block. One pattern serves the
+encoder and the predictor (each repeats it to its own depth), unless `pred_mixer` gives the predictor
+its own.
 """
 
 from __future__ import annotations
