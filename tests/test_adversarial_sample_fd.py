@@ -155,15 +155,19 @@ def test_fd_of_features_whose_squares_overflow_float64_is_refused(tmp_path, run_
     assert r.stdout == ""
 
 
-def test_precision_and_recall_count_samples_inside_the_other_sets_knn_balls():
+def test_precision_recall_density_and_coverage_count_samples_inside_knn_balls():
     from jepa_cli.evaluation.fd import precision_recall
 
     # k = 1 on a line: real 0, 1, 2, 3 have radius 1; fake 0.5 and 3.9 lie inside, 10 does not (2 of 3).
-    # fake radii: 0.5 -> 3.4 (to 3.9), 3.9 -> 3.4, 10 -> 6.1: every real point lies within 3.4 of 0.5 or 3.9
+    # fake radii: 0.5 -> 3.4 (to 3.9), 3.9 -> 3.4, 10 -> 6.1: every real point lies within 3.4 of 0.5 or 3.9.
+    # Density: 0.5 is in the balls of 0 and 1, 3.9 in that of 3, 10 in none: 3 / (1 x 3 fakes).
+    # Coverage: the balls of 0, 1 and 3 hold a fake, that of 2 none: 3 of 4.
     real = np.array([[0.0], [1.0], [2.0], [3.0]])
     fake = np.array([[0.5], [10.0], [3.9]])
-    assert precision_recall(real, fake, k=1) == (2 / 3, 1.0)
-    assert precision_recall(fake, real, k=1) == (1.0, 2 / 3)  # the roles swap
+    assert precision_recall(real, fake, k=1) == {"precision": 2 / 3, "recall": 1.0, "density": 1.0, "coverage": 0.75}
+    # the roles swap: 0 lies in 1 fake ball, 1, 2 and 3 in 2 each (7 / 4); 10's ball (6.1) holds no real point
+    assert precision_recall(fake, real, k=1) == {"precision": 1.0, "recall": 2 / 3, "density": 1.75,
+                                                 "coverage": 2 / 3}
 
 
 def test_precision_and_recall_match_the_definition_on_random_sets():
@@ -172,12 +176,14 @@ def test_precision_and_recall_match_the_definition_on_random_sets():
     rng = np.random.default_rng(0)
     real, fake = rng.standard_normal((60, 5)), 0.5 * rng.standard_normal((40, 5)) + 0.3
 
-    def inside(manifold, queries, k=3):
+    def holds(manifold, queries, k=3):  # [queries, manifold]: query i inside manifold sample j's ball
         d = ((manifold[:, None] - manifold[None]) ** 2).sum(-1)
         radii = np.sort(d, axis=1)[:, k]  # index 0 is the sample itself
-        return float((((queries[:, None] - manifold[None]) ** 2).sum(-1) <= radii[None]).any(axis=1).mean())
+        return ((queries[:, None] - manifold[None]) ** 2).sum(-1) <= radii[None]
 
-    assert precision_recall(real, fake) == pytest.approx((inside(real, fake), inside(fake, real)), abs=1e-12)
+    expected = {"precision": holds(real, fake).any(axis=1).mean(), "recall": holds(fake, real).any(axis=1).mean(),
+                "density": holds(real, fake).sum() / (3 * len(fake)), "coverage": holds(real, fake).any(axis=0).mean()}
+    assert precision_recall(real, fake) == pytest.approx(expected, abs=1e-12)
 
 
 def test_precision_and_recall_tell_a_collapsed_set_from_a_noisy_one():
@@ -187,19 +193,30 @@ def test_precision_and_recall_tell_a_collapsed_set_from_a_noisy_one():
     real = rng.standard_normal((400, 4))
     collapsed = real[:20][rng.integers(0, 20, 400)] + 0.01 * rng.standard_normal((400, 4))  # 20 real modes
     noisy = real + 1.5 * rng.standard_normal((400, 4))
-    p_c, r_c = precision_recall(real, collapsed)
-    p_n, r_n = precision_recall(real, noisy)
+    p_c, r_c = (precision_recall(real, collapsed)[key] for key in ("precision", "recall"))
+    p_n, r_n = (precision_recall(real, noisy)[key] for key in ("precision", "recall"))
     assert p_c > 0.9 and r_c < 0.3  # faithful but not diverse
     assert p_n < p_c and r_n > r_c
 
 
-def test_fd_reports_precision_and_recall_of_a_set_with_itself_as_one(tmp_path, run_cli):
+def test_scattered_samples_reach_a_high_recall_but_a_low_coverage():
+    from jepa_cli.evaluation.fd import precision_recall
+
+    rng = np.random.default_rng(2)
+    real = rng.standard_normal((400, 4))
+    scattered = 4.0 * rng.standard_normal((400, 4))  # wide: each sample's 3rd neighbour is far, so its ball is wide
+    result = precision_recall(real, scattered)
+    # recall: 399 of the 400 real points lie in some wide ball; coverage: 44 real balls hold a sample
+    assert result == {"precision": 0.0825, "recall": 0.9975, "density": 0.045, "coverage": 0.11}
+
+
+def test_fd_reports_precision_recall_and_coverage_of_a_set_with_itself_as_one(tmp_path, run_cli):
     rng = np.random.default_rng(0)
     a = _dataset(tmp_path / "a.zarr", rng.standard_normal((40, 4)).astype(np.float32), "latent", "ND")
     r = run_cli("fd", a, a, "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert (out["precision"], out["recall"], out["k"], out["standardised"]) == (1.0, 1.0, 3, False)
+    assert (out["precision"], out["recall"], out["coverage"], out["k"], out["standardised"]) == (1.0, 1.0, 1.0, 3, False)
 
 
 def test_standardised_fd_is_the_fd_of_features_scaled_by_the_reference_sets_mean_and_std(tmp_path):
@@ -253,11 +270,13 @@ def test_fd_standardise_with_a_constant_reference_feature_is_refused(tmp_path, r
                       "features are constant (the first: feature 1)")
 
 
-def test_fd_of_sets_too_small_for_the_default_k_reports_no_precision_or_recall(tmp_path):
+def test_fd_of_sets_too_small_for_the_default_k_reports_no_neighbourhood_figures(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets
 
     a = _dataset(tmp_path / "a.zarr", np.arange(6, dtype=np.float32).reshape(3, 2), "latent", "ND")
     logs = []
     result = fd_datasets(a, a, on_log=logs.append)
-    assert (result["precision"], result["recall"], abs(result["fd"]) < 1e-9) == (None, None, True)
-    assert f"{a}: 3 samples; precision and recall need more than k = 3 in each set (reported as null)" in logs
+    assert [result[key] for key in ("precision", "recall", "density", "coverage")] == [None] * 4
+    assert abs(result["fd"]) < 1e-9
+    assert f"{a}: 3 samples; precision, recall, density and coverage need more than k = 3 in each set (reported as " \
+           "null)" in logs

@@ -1,4 +1,4 @@
-"""`jepa fd A.zarr B.zarr`: Frechet distance, precision and recall between two datasets' feature distributions."""
+"""`jepa fd A.zarr B.zarr`: Frechet distance, precision, recall, density and coverage between two datasets' features."""
 
 from __future__ import annotations
 
@@ -16,17 +16,20 @@ from jepa_cli.cli.complete import complete_datasets, complete_runs
               help="Encode image datasets with this JEPA run's target encoder first (FD in its representation space).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True, help="Images per encoder step.")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help="Neighbours that set each sample's ball for precision and recall (Kynkaanniemi et al. 2019; "
-                   "default 3, and null for a set of 3 samples or fewer).")
+              help="Neighbours that set each sample's ball for precision, recall, density and coverage "
+                   "(default 3, Kynkaanniemi et al. 2019; Naeem et al. 2020 use 5; null for a set of 3 samples "
+                   "or fewer).")
 @click.option("--standardise", is_flag=True,
-              help="Shift and scale every feature by A's mean and std before FD, precision and recall.")
+              help="Shift and scale every feature by A's mean and std before every figure.")
 @output_options
 def command(a, b, run, batch_size, k, standardise, as_json, verbose, quiet):
-    """Frechet distance, precision and recall between the feature distributions of two datasets.
+    """Frechet distance, precision, recall, density and coverage between two datasets' features.
 
     A is the reference (real samples), B the set compared with it (generated samples). Precision is
     the share of B's samples inside A's k-nearest-neighbour manifold, recall the share of A's inside
-    B's. Latent datasets are compared as they are ([N, T, D] averaged over T); image datasets as
+    B's; density counts the balls of A around each of B's samples (over k, about 1 for a set like A),
+    coverage is the share of A's balls holding one of B's samples. Spread-out, blurred samples have
+    wide balls and so a high recall; coverage uses A's balls only and does not reward them. Latent datasets are compared as they are ([N, T, D] averaged over T); image datasets as
     flattened pixels in [0, 1], or with --run as mean-pooled tokens of the run's target encoder
     (video and audio datasets only so, with a V-JEPA or Audio-JEPA run). Float64 throughout; what
     does not fit in memory is refused before it is read.

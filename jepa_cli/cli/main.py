@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import-checkpoint": ("jepa_cli.cli.import_checkpoint",
                           "Convert a published I-JEPA, V-JEPA or Audio-JEPA checkpoint into a run directory."),
     "export": ("jepa_cli.cli.export", "Export a run's weights in the official layout, for PyTorch."),
-    "fd": ("jepa_cli.cli.fd", "Frechet distance, precision and recall between the feature distributions of two datasets."),
+    "fd": ("jepa_cli.cli.fd", "Frechet distance, precision, recall, density and coverage between two datasets' features."),
     "plot": ("jepa_cli.cli.plot",
              "Plot training curves of one or more runs against the step, overlaid (needs the plot extra)."),
     "runs": ("jepa_cli.cli.runs",

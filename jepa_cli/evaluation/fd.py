@@ -15,8 +15,16 @@ Improved precision and recall (Kynkaanniemi et al. 2019, k = 3 in the paper), in
 space: each set's manifold is the union of balls around its samples, each ball reaching that sample's
 k-th nearest neighbour within its own set. Precision: the share of B's samples (generated) inside A's
 manifold (real, the reference); recall: the share of A's samples inside B's. FD's one number mixes
-both; these two say which one a set lacks (fidelity or diversity). The N_a x N_b distances are taken
-a block of rows at a time (PR_BLOCK_BYTES).
+both; these two say which one a set lacks (fidelity or diversity).
+
+Density and coverage (Naeem et al. 2020, "Reliable fidelity and diversity metrics", eq. 3-4) use
+only the reference set's balls, so that spread-out generated samples cannot inflate them: density
+is the number of A's balls that hold each of B's samples, averaged and divided by k (about 1 when B
+is distributed as A, above 1 where B crowds A's dense regions); coverage is the share of A's samples
+whose ball holds at least one of B's. Recall counts A's samples inside B's balls, and a sample far
+from every real one has a wide ball (its k-th neighbour is far), so blurred, scattered samples reach
+a high recall; coverage does not reward them. The N_a x N_b distances are taken a block of rows at a
+time (PR_BLOCK_BYTES).
 
 With `standardise`, every feature is first shifted and scaled by the reference set A's mean and std,
 so that no few wide features dominate the distances and the FD.
@@ -41,7 +49,7 @@ from jepa_cli.errors import InputError
 READ_BYTES = 64 << 20  # float64 bytes of features read per step of a pass over a stored array
 COVARIANCE_MATRICES = 8  # D x D float64 matrices alive at once: S_a, S_b, eigh's vectors and workspace, ...
 GRAM_MATRICES = 3  # N_a x N_b float64 matrices alive at once: A B^T and the SVD's workspace
-PR_BLOCK_BYTES = 64 << 20  # float64 bytes of one block of pairwise distances (precision and recall)
+PR_BLOCK_BYTES = 64 << 20  # float64 bytes of one block of pairwise distances (precision, recall, ...)
 PR_K = 3  # Kynkaanniemi et al. 2019, Sec. 3 (k = 3 is their default)
 
 
@@ -121,7 +129,7 @@ def knn_radii(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def coverage(manifold: np.ndarray, radii: np.ndarray, queries: np.ndarray) -> float:
+def share_inside(manifold: np.ndarray, radii: np.ndarray, queries: np.ndarray) -> float:
     """The share of `queries` [M, D] inside the union of the balls around `manifold`'s rows [N, D]
     (squared radii [N]; a point on a ball's edge is inside)."""
     norms, q_norms = _squared_norms(manifold), _squared_norms(queries)
@@ -140,14 +148,33 @@ def precision_recall_bytes(n_a: int, n_b: int) -> int:
     return 2 * 8 * n * min(n, _block_rows(n)) + 3 * 8 * (n_a + n_b)
 
 
-def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = PR_K) -> tuple[float, float]:
+def density_coverage(real: np.ndarray, real_radii: np.ndarray, fake: np.ndarray, k: int) -> tuple[float, float]:
+    """Density and coverage (Naeem et al. 2020, eq. 3-4) of `fake` [M, D] against `real` [N, D] with
+    the squared k-NN radii of real's samples [N]: (sum over fake samples of the real balls holding
+    them / (k M), the share of real samples whose ball holds some fake sample). A point on a ball's
+    edge is inside, as in `share_inside`."""
+    norms, fake_norms = _squared_norms(real), _squared_norms(fake)
+    held, covered = 0, 0
+    rows = _block_rows(len(fake))
+    for a in range(0, len(real), rows):
+        inside = _squared_distances(real[a:a + rows], norms[a:a + rows], fake, fake_norms) <= real_radii[a:a + rows, None]
+        held += int(np.count_nonzero(inside))
+        covered += int(np.count_nonzero(inside.any(axis=1)))
+    return held / (k * len(fake)), covered / len(real)
+
+
+def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = PR_K) -> dict[str, float]:
     """Improved precision and recall (Kynkaanniemi et al. 2019, eq. 1-2) of `fake` [N_b, D] against
-    `real` [N_a, D]: (the share of fake samples inside real's k-NN manifold, the share of real
-    samples inside fake's). InputError unless k < both sample counts."""
+    `real` [N_a, D] (the share of fake samples inside real's k-NN manifold, the share of real samples
+    inside fake's), with density and coverage (`density_coverage`) on the same radii:
+    {"precision", "recall", "density", "coverage"}. InputError unless k < both sample counts."""
     for name, x in (("the reference set (A)", real), ("the compared set (B)", fake)):
         if not 1 <= k < len(x):
             raise InputError(f"--k {k} needs 1 <= k < the sample count; {name} has {len(x)} samples")
-    return coverage(real, knn_radii(real, k), fake), coverage(fake, knn_radii(fake, k), real)
+    real_radii = knn_radii(real, k)
+    density, covered = density_coverage(real, real_radii, fake, k)
+    return {"precision": share_inside(real, real_radii, fake), "recall": share_inside(fake, knn_radii(fake, k), real),
+            "density": density, "coverage": covered}
 
 
 def standardise(fa: np.ndarray, fb: np.ndarray, name_a: str) -> None:
@@ -286,11 +313,12 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
                 on_log: Callable[[str], None] | None = None, on_start: Callable[[int], None] | None = None,
                 on_progress: Callable[[int], None] | None = None, load_run: Callable | None = None,
                 k: int | None = None, standardise_features: bool = False) -> dict[str, Any]:
-    """FD, precision and recall between the feature distributions of datasets `a` (the reference)
-    and `b` (see `_feature_dim`; `k` for precision_recall; `standardise_features`: by a's mean and
-    std first); returns {"fd", "precision", "recall", "k", "standardised", "n_a", "n_b", "dim",
-    "method"}. A k given is refused unless both sets have more samples; the default (PR_K) on a set
-    that small gives precision and recall None, with a warning. Everything is checked (the datasets,
+    """FD, precision, recall, density and coverage between the feature distributions of datasets `a`
+    (the reference) and `b` (see `_feature_dim`; `k` for precision_recall; `standardise_features`: by
+    a's mean and std first); returns {"fd", "precision", "recall", "density", "coverage", "k",
+    "standardised", "n_a", "n_b", "dim", "method"}. A k given is refused unless both sets have more
+    samples; the default (PR_K) on a set that small gives the four neighbourhood figures None, with a
+    warning. Everything is checked (the datasets,
     the run, k, the memory) before features are read; `on_start(samples)` then gives the work,
     `on_progress(samples)` its course, `on_log` the warnings. `load_run`: what loads the run (default
     `jepa_cli.training.run.load_run`)."""
@@ -305,8 +333,8 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
             raise InputError(f"--k {k} needs 1 <= k < the sample count (a sample's k-th neighbour in its own set); "
                              f"{ds.path} has {ds.n} samples")
         if k is None and ds.n <= PR_K:
-            warnings.append(f"{ds.path}: {ds.n} samples; precision and recall need more than k = {PR_K} in each set "
-                            "(reported as null)")
+            warnings.append(f"{ds.path}: {ds.n} samples; precision, recall, density and coverage need more than "
+                            f"k = {PR_K} in each set (reported as null)")
     with_pr = not warnings
     k = PR_K if k is None else k
     encoder = _load_encoder(run, batch_size, log, load_run) if run is not None else None
@@ -338,8 +366,9 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
         standardise(fa, fb, str(a))
     for message in dict.fromkeys(warnings + sample_count_warnings(n_a, n_b, dim, (str(a), str(b)))):
         log(message)
-    precision, recall = precision_recall(fa, fb, k) if with_pr else (None, None)  # before FD: it centres fa, fb
+    neighbourhood = (precision_recall(fa, fb, k) if with_pr  # before FD: it centres fa, fb
+                     else dict.fromkeys(("precision", "recall", "density", "coverage")))
     value = frechet_distance_of_features(fa, fb, method)
-    return {"fd": value, "precision": precision, "recall": recall, "k": int(k),
+    return {"fd": value, **neighbourhood, "k": int(k),
             "standardised": bool(standardise_features), "n_a": int(n_a), "n_b": int(n_b), "dim": int(dim),
             "method": method}
