@@ -13,14 +13,17 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--title", default="Frechet distance (lower is closer)")
+    parser.add_argument("--title", default="To the reference set")
     parser.add_argument("results", nargs="+", type=Path)
     args = parser.parse_args(argv)
     print(args.title)
+    print(f"{'':<12}{'FD (lower)':>12}{'precision':>11}{'recall':>8}{'density':>9}{'coverage':>10}")
     for path in args.results:
         result = json.loads(path.read_text())
         name = path.stem.split("fd-", 1)[-1]
-        print(f"{name:<12}{result['fd']:>12.3e}  ({result['n_a']} vs {result['n_b']}, dim {result['dim']})")
+        figures = "".join("   n/a" if result[key] is None else f"{result[key]:>{width}.3f}"
+                          for key, width in (("precision", 11), ("recall", 8), ("density", 9), ("coverage", 10)))
+        print(f"{name:<12}{result['fd']:>12.3e}{figures}  ({result['n_a']} vs {result['n_b']}, dim {result['dim']})")
     return 0
 
 
