@@ -9,7 +9,7 @@ def test_audio_jepa_small_is_a_builtin_recipe_whose_trainer_keys_validate():
     assert "audio-jepa-small" in builtin_recipes()
     recipe = load_toml("builtin:audio-jepa-small")
     cfg = build_config(recipe)
-    assert (cfg.objective, cfg.steps, cfg.batch_size, cfg.lr) == ("audio-jepa", 400, 32, 5e-4)
+    assert (cfg.objective, cfg.steps, cfg.batch_size, cfg.lr) == ("audio-jepa", 1600, 32, 5e-4)
 
 
 def test_audio_jepa_small_reads_one_second_at_16khz_as_32_time_strips_with_anticollapse_terms():

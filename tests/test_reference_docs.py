@@ -32,7 +32,7 @@ def test_every_key_of_every_builtin_recipe_is_on_the_recipe_keys_page():
 
     rows = _page_rows()
     recipes = sorted((ROOT / "jepa_cli" / "recipes").glob("*.toml"))
-    assert len(recipes) == 10
+    assert len(recipes) == 11
     for recipe in recipes:
         document = tomllib.loads(recipe.read_text())
         name = document["objective"]
