@@ -216,7 +216,8 @@ def test_fd_reports_precision_recall_and_coverage_of_a_set_with_itself_as_one(tm
     r = run_cli("fd", a, a, "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert (out["precision"], out["recall"], out["coverage"], out["k"], out["standardised"]) == (1.0, 1.0, 1.0, 3, False)
+    figures = (out["precision"], out["recall"], out["coverage"], out["k"], out["standardised"])
+    assert figures == (1.0, 1.0, 1.0, 3, False)
 
 
 def test_standardised_fd_is_the_fd_of_features_scaled_by_the_reference_sets_mean_and_std(tmp_path):

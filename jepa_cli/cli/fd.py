@@ -1,4 +1,4 @@
-"""`jepa fd A.zarr B.zarr`: Frechet distance, precision, recall, density and coverage between two datasets' features."""
+"""`jepa fd A.zarr B.zarr`: Frechet distance, precision, recall, density and coverage of two datasets' features."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def command(a, b, run, batch_size, k, standardise, as_json, verbose, quiet):
     the share of B's samples inside A's k-nearest-neighbour manifold, recall the share of A's inside
     B's; density counts the balls of A around each of B's samples (over k, about 1 for a set like A),
     coverage is the share of A's balls holding one of B's samples. Spread-out, blurred samples have
-    wide balls and so a high recall; coverage uses A's balls only and does not reward them. Latent datasets are compared as they are ([N, T, D] averaged over T); image datasets as
-    flattened pixels in [0, 1], or with --run as mean-pooled tokens of the run's target encoder
+    wide balls and so a high recall; coverage uses A's balls only and does not reward them. Latent
+    datasets are compared as they are ([N, T, D] averaged over T); image datasets as flattened pixels
+    in [0, 1], or with --run as mean-pooled tokens of the run's target encoder
     (video and audio datasets only so, with a V-JEPA or Audio-JEPA run). Float64 throughout; what
     does not fit in memory is refused before it is read.
 

@@ -157,7 +157,8 @@ def density_coverage(real: np.ndarray, real_radii: np.ndarray, fake: np.ndarray,
     held, covered = 0, 0
     rows = _block_rows(len(fake))
     for a in range(0, len(real), rows):
-        inside = _squared_distances(real[a:a + rows], norms[a:a + rows], fake, fake_norms) <= real_radii[a:a + rows, None]
+        distances = _squared_distances(real[a:a + rows], norms[a:a + rows], fake, fake_norms)
+        inside = distances <= real_radii[a:a + rows, None]
         held += int(np.count_nonzero(inside))
         covered += int(np.count_nonzero(inside.any(axis=1)))
     return held / (k * len(fake)), covered / len(real)
@@ -318,9 +319,8 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
     a's mean and std first); returns {"fd", "precision", "recall", "density", "coverage", "k",
     "standardised", "n_a", "n_b", "dim", "method"}. A k given is refused unless both sets have more
     samples; the default (PR_K) on a set that small gives the four neighbourhood figures None, with a
-    warning. Everything is checked (the datasets,
-    the run, k, the memory) before features are read; `on_start(samples)` then gives the work,
-    `on_progress(samples)` its course, `on_log` the warnings. `load_run`: what loads the run (default
+    warning. Everything is checked (the datasets, the run, k, the memory) before features are read;
+    `on_start(samples)` then gives the work, `on_progress(samples)` its course, `on_log` the warnings. `load_run`: what loads the run (default
     `jepa_cli.training.run.load_run`)."""
     log = on_log or (lambda message: None)
     sets = [_dataset(a, run is not None), _dataset(b, run is not None)]
