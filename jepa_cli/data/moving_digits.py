@@ -48,7 +48,7 @@ def moving_digits(query: str) -> Any:
         for d in range(count):
             g = big[i if d == 0 else partner[i]]
             for t in range(MOVING_FRAMES):
-                y, x = (_bounce(start[i, d, a] + velocity[i, d, a] * t, room) for a in range(2))
+                y, x = (int(bounce(start[i, d, a] + velocity[i, d, a] * t, room)) for a in range(2))
                 view = clip[t, y:y + glyph, x:x + glyph, 0]
                 np.maximum(view, g, out=view)
         return clip
@@ -63,9 +63,9 @@ def moving_digits(query: str) -> Any:
                         lambda: (MOVING_FRAMES, size, size, 1))
 
 
-def _bounce(p: int, room: int) -> int:
-    """Position p reflected into [0, room] (a bounce off each wall)."""
+def bounce(p: np.ndarray | float, room: int) -> np.ndarray:
+    """Positions p (a number or an array) reflected into [0, room]: a bounce off each wall."""
     if room == 0:
-        return 0
-    m = int(p) % (2 * room)
-    return m if m <= room else 2 * room - m
+        return np.zeros_like(p)
+    m = np.mod(p, 2 * room)
+    return np.where(m <= room, m, 2 * room - m)
