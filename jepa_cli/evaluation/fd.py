@@ -148,34 +148,36 @@ def precision_recall_bytes(n_a: int, n_b: int) -> int:
     return 2 * 8 * n * min(n, _block_rows(n)) + 3 * 8 * (n_a + n_b)
 
 
-def density_coverage(real: np.ndarray, real_radii: np.ndarray, fake: np.ndarray, k: int) -> tuple[float, float]:
-    """Density and coverage (Naeem et al. 2020, eq. 3-4) of `fake` [M, D] against `real` [N, D] with
-    the squared k-NN radii of real's samples [N]: (sum over fake samples of the real balls holding
-    them / (k M), the share of real samples whose ball holds some fake sample). A point on a ball's
-    edge is inside, as in `share_inside`."""
+def real_ball_figures(real: np.ndarray, real_radii: np.ndarray, fake: np.ndarray, k: int) -> dict[str, float]:
+    """The figures on the balls of `real` [N, D] (squared k-NN radii [N]) alone, in one pass over the
+    N x M distances to `fake` [M, D]: precision (the share of fake samples inside some real ball),
+    density and coverage (Naeem et al. 2020, eq. 3-4: the real balls holding each fake sample summed
+    over k M, the share of real balls holding some fake sample). A point on a ball's edge is inside,
+    as in `share_inside`."""
     norms, fake_norms = _squared_norms(real), _squared_norms(fake)
-    held, covered = 0, 0
+    held, covered, in_some_ball = 0, 0, np.zeros(len(fake), bool)
     rows = _block_rows(len(fake))
     for a in range(0, len(real), rows):
         distances = _squared_distances(real[a:a + rows], norms[a:a + rows], fake, fake_norms)
         inside = distances <= real_radii[a:a + rows, None]
         held += int(np.count_nonzero(inside))
         covered += int(np.count_nonzero(inside.any(axis=1)))
-    return held / (k * len(fake)), covered / len(real)
+        in_some_ball |= inside.any(axis=0)
+    return {"precision": int(np.count_nonzero(in_some_ball)) / len(fake), "density": held / (k * len(fake)),
+            "coverage": covered / len(real)}
 
 
 def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = PR_K) -> dict[str, float]:
     """Improved precision and recall (Kynkaanniemi et al. 2019, eq. 1-2) of `fake` [N_b, D] against
     `real` [N_a, D] (the share of fake samples inside real's k-NN manifold, the share of real samples
-    inside fake's), with density and coverage (`density_coverage`) on the same radii:
+    inside fake's), with density and coverage on the same radii (`real_ball_figures`):
     {"precision", "recall", "density", "coverage"}. InputError unless k < both sample counts."""
     for name, x in (("the reference set (A)", real), ("the compared set (B)", fake)):
         if not 1 <= k < len(x):
             raise InputError(f"--k {k} needs 1 <= k < the sample count; {name} has {len(x)} samples")
-    real_radii = knn_radii(real, k)
-    density, covered = density_coverage(real, real_radii, fake, k)
-    return {"precision": share_inside(real, real_radii, fake), "recall": share_inside(fake, knn_radii(fake, k), real),
-            "density": density, "coverage": covered}
+    figures = real_ball_figures(real, knn_radii(real, k), fake, k)
+    return {"precision": figures["precision"], "recall": share_inside(fake, knn_radii(fake, k), real),
+            "density": figures["density"], "coverage": figures["coverage"]}
 
 
 def standardise(fa: np.ndarray, fb: np.ndarray, name_a: str) -> None:
