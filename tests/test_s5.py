@@ -83,6 +83,41 @@ def test_s5_layer_gradients_match_finite_differences_in_float64():
         check_grads(jax.jit(f), (u, state64), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
 
 
+def test_elapsed_gaps_give_the_whole_sequence_with_the_hidden_inputs_zeroed_in_float64():
+    # ssm_gaps elapse: a kept subsequence (with padded slots after it) at its scan places gives, at
+    # those places, the layer's outputs on the whole sequence whose hidden tokens are zeros
+    layer = S5(3, 6, nnx.Rngs(0))
+    graphdef, state = nnx.split(layer)
+    rng = np.random.default_rng(2)
+    with jax.enable_x64(True):
+        layer64 = nnx.merge(graphdef, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), state))
+        whole = rng.normal(size=(1, 23, 3))
+        kept = np.sort(rng.choice(23, 9, replace=False))
+        zeroed = np.zeros_like(whole)
+        zeroed[:, kept] = whole[:, kept]
+        reference = np.asarray(layer64(jnp.asarray(zeroed)))[:, kept]
+        sub = np.concatenate([whole[:, kept], np.zeros((1, 3, 3))], axis=1)
+        times = np.concatenate([kept, [23, 23, 23]])[None]
+        valid = np.arange(12)[None] < 9
+        got = np.asarray(layer64(jnp.asarray(sub), jnp.asarray(valid), jnp.asarray(times)))[:, :9]
+        np.testing.assert_allclose(got, reference, atol=1e-9, rtol=0)
+        # skip (no times) is another function: the hole is not there
+        skipped = np.asarray(layer64(jnp.asarray(sub), jnp.asarray(valid)))[:, :9]
+        assert np.abs(skipped - reference).max() > 1e-3
+
+
+def test_elapse_changes_nothing_without_a_hole_and_changes_a_masked_context(s5_encoder):
+    elapse = ModelConfig(**{**TINY, "depth": 1}, mixer="s5", scan_order="serpentine",
+                         ssm_gaps="elapse").encoder(nnx.Rngs(0))
+    images = jax.random.normal(jax.random.key(1), (1, 16, 16, 3))
+    whole = jnp.arange(16)[None]
+    # every gap is one place: the same recurrence (to float32 rounding: the decay is computed per step)
+    np.testing.assert_allclose(_apply(elapse, images, whole), _apply(s5_encoder, images, whole), atol=1e-6, rtol=0)
+    assert (_apply(elapse, images) == _apply(s5_encoder, images)).all()  # the whole grid: the same program
+    index = jnp.array([[1, 4, 6, 11]])
+    assert np.abs(_apply(elapse, images, index) - _apply(s5_encoder, images, index)).max() > 1e-3
+
+
 def test_pattern_repeats_cyclically_to_the_depth():
     assert parse_mixer("attn", 3) == ("attn", "attn", "attn")
     assert parse_mixer("s5,s5,s5,attn", 6) == ("s5", "s5", "s5", "attn", "s5", "s5")
@@ -112,6 +147,7 @@ def test_pred_mixer_gives_the_predictor_its_own_pattern_under_a_3_to_1_encoder()
     ({"ssm_state": 0}, "ssm_state must be an even number >= 2"),
     ({"ssm_state": 5}, "ssm_state must be an even number >= 2"),
     ({"scan_order": "zigzag"}, "unknown scan_order 'zigzag'"),
+    ({"ssm_gaps": "jump"}, "unknown ssm_gaps 'jump'"),
 ])
 def test_bad_mixer_options_are_one_line_input_errors(options, message):
     with pytest.raises(InputError, match=message) as err:

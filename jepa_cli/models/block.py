@@ -211,8 +211,13 @@ class Block(nnx.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
         self.modulation = None if affine else ZeroLinear(cond_dim, 6 * dim, dtype, rngs)
 
-    def __call__(self, x, key_valid=None, cond=None):
-        mix = self.attn if hasattr(self, "attn") else self.ssm
+    def __call__(self, x, key_valid=None, cond=None, times=None):
+        """times int [B, N]: the tokens' places in the whole scan, for an S5 mixer whose gaps elapse
+        (models/s5.py); attention ignores them."""
+        if hasattr(self, "attn"):
+            mix = self.attn
+        else:
+            mix = functools.partial(self.ssm, times=times)
         if self.modulation is None:
             x = x + mix(self.norm1(x), key_valid)
             return x + self.mlp(self.norm2(x))
@@ -238,8 +243,8 @@ def block_kind(block: Block) -> str:
     return "attn" if hasattr(block, "attn") else "s5"
 
 
-def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, remat: str = "none"):
-    """x [B, N, D] through ``blocks`` in order: ``for blk in blocks: x = blk(x, key_valid, cond)``.
+def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, remat: str = "none", times=None):
+    """x [B, N, D] through ``blocks`` in order: ``for blk in blocks: x = blk(x, key_valid, cond, times)``.
 
     ``scan``: the blocks' parameters are stacked ([depth, ...], one copy per call) and one traced
     block runs under lax.scan, so tracing and compiling do not grow with depth. ``remat``: what the
@@ -257,17 +262,17 @@ def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, rema
         start = 0
         for end in range(1, len(blocks) + 1):
             if end == len(blocks) or kinds[end] != kinds[start]:
-                x = run_blocks(blocks[start:end], x, key_valid, cond, scan=scan, remat=remat)
+                x = run_blocks(blocks[start:end], x, key_valid, cond, scan=scan, remat=remat, times=times)
                 start = end
         return x
     if not scan and remat == "none":
         for blk in blocks:
-            x = blk(x, key_valid, cond)
+            x = blk(x, key_valid, cond, times)
         return x
     graphdef = nnx.graphdef(blocks[0])
 
     def body(x, state):
-        return nnx.merge(graphdef, state)(x, key_valid, cond)
+        return nnx.merge(graphdef, state)(x, key_valid, cond, times)
 
     if remat != "none":
         policy = {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS, JEPA_MIXER_APPLIES, MIXER_APPLIES, SCAN_ORDERS, parse_mixer
+from jepa_cli.models.mixer_pattern import (ATTENTION_IMPLS, JEPA_MIXER_APPLIES, MIXER_APPLIES, SCAN_ORDERS, SSM_GAPS,
+                                          parse_mixer)
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -92,6 +93,9 @@ class ModelConfig:
                             applies=MIXER_APPLIES)
     scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",
                              flag=True, choices=SCAN_ORDERS, applies=MIXER_APPLIES)
+    ssm_gaps: str = option("skip", "What a masked hole in the scan is to an S5 block: skip (the kept tokens are "
+                           "consecutive steps) or elapse (the state decays over one step per hidden token, as "
+                           "if the hole were zeros).", flag=True, choices=SSM_GAPS, applies=JEPA_MIXER_APPLIES)
     # I-JEPA and V-JEPA vit_*: partial(nn.LayerNorm, eps=1e-6)
     norm_eps: float = option(1e-6, "LayerNorm epsilon of the encoder and predictor.")
 
@@ -139,6 +143,8 @@ class ModelConfig:
                              f"got {self.ssm_state}")
         if self.scan_order not in SCAN_ORDERS:
             raise InputError(f"unknown scan_order {self.scan_order!r} (choose from {', '.join(SCAN_ORDERS)})")
+        if self.ssm_gaps not in SSM_GAPS:
+            raise InputError(f"unknown ssm_gaps {self.ssm_gaps!r} (choose from {', '.join(SSM_GAPS)})")
 
     @property
     def size(self) -> ModelSize:
@@ -179,7 +185,8 @@ class ModelConfig:
         norm = {"norm_eps": self.norm_eps}
         if set(mixers) <= {"attn"}:
             return norm
-        return {"mixers": mixers, "ssm_state": self.ssm_state, "scan_order": self.scan_order, **norm}
+        return {"mixers": mixers, "ssm_state": self.ssm_state, "scan_order": self.scan_order,
+                "ssm_gaps": self.ssm_gaps, **norm}
 
     @property
     def grid(self) -> tuple[int, int]:

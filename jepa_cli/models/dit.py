@@ -76,7 +76,7 @@ class DiT(nnx.Module):
         c = t + self.label_embed(labels).astype(self.dtype)
         back = None
         if self.scan_order is not None:
-            x, _, back = to_scan_order(x, None, None, self.grid, self.scan_order)
+            x, _, back, _ = to_scan_order(x, None, None, self.grid, self.scan_order)
         for blk in self.blocks:
             x = blk(x, None, c)
         if back is not None:

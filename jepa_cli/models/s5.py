@@ -20,6 +20,12 @@ One multi-input multi-output linear recurrence per direction over a sequence u [
 Padding: where `valid` is False the step is the identity (Lambda_bar = 1, input 0), so the state
 passes over padded slots unchanged and the valid tokens see exactly the recurrence on the valid
 subsequence, in either direction. Their own outputs are meaningless, and masked downstream.
+
+Gaps (option `ssm_gaps`): a masked context is a subsequence of the scan. `skip` runs the recurrence on
+that shorter sequence, so the tokens on either side of a hole are one step apart. `elapse` takes each
+token's place in the whole scan (`times`) and decays the state by Lambda_bar^g across a gap of g places,
+the zero-order hold over g steps of an irregularly sampled sequence (S5 Sec. 6.3, variable step sizes):
+the outputs are then exactly those of the whole sequence with the masked tokens' inputs set to zero.
 """
 
 from __future__ import annotations
@@ -62,9 +68,10 @@ def _combine(left, right):
 
 
 def linear_scan(lambda_bar, bu, valid=None, reverse: bool = False):
-    """States x [B, L, N] of x_k = lambda_bar * x_{k-1} + bu_k from x_0 = 0 (reverse: from the end,
-    x_k = lambda_bar * x_{k+1} + bu_k). lambda_bar [N] complex, bu [B, L, N] complex, valid bool
-    [B, L] (None: all valid): an invalid step is the identity, so it neither adds nor decays."""
+    """States x [B, L, N] of x_k = lambda_bar_k * x_{k-1} + bu_k from x_0 = 0 (reverse: from the end,
+    x_k = lambda_bar_k * x_{k+1} + bu_k). lambda_bar [N] (one per state) or [B, L, N] (one per step)
+    complex, bu [B, L, N] complex, valid bool [B, L] (None: all valid): an invalid step is the
+    identity, so it neither adds nor decays."""
     a = jnp.broadcast_to(lambda_bar, bu.shape)
     if valid is not None:
         a = jnp.where(valid[..., None], a, jnp.ones((), a.dtype))
@@ -114,13 +121,31 @@ class S5(nnx.Module):
         b = self.b[..., 0] + 1j * self.b[..., 1]
         return lambda_bar, ((lambda_bar - 1.0) / lam)[:, None] * b
 
-    def __call__(self, u, valid=None):
+    def gap_decays(self, times):
+        """Lambda_bar^g for the gaps g between consecutive scan places: (forward, backward) complex
+        [B, L, P/2] from times int [B, L] (increasing along L over the valid tokens). Forward step k
+        decays by the gap from token k-1 to k, backward step k by the gap from k to k+1; the first
+        forward and last backward step start from a zero state, so their gap is irrelevant (1)."""
+        lam = jnp.minimum(self.lambda_re[...], LAMBDA_RE_MAX) + 1j * self.lambda_im[...]
+        rate = lam * jnp.exp(self.log_step[...])  # [P/2]: the exponent of one step
+        gaps = jnp.diff(times, axis=1).astype(self.lambda_re.dtype)  # [B, L-1]
+        ones = jnp.ones_like(gaps[:, :1])
+        forward = jnp.concatenate([ones, gaps], axis=1)
+        backward = jnp.concatenate([gaps, ones], axis=1)
+        return (jnp.exp(rate * forward[..., None]), jnp.exp(rate * backward[..., None]))
+
+    def __call__(self, u, valid=None, times=None):
+        """times int [B, L]: each token's place in the whole scan (option `ssm_gaps` elapse); None
+        steps once per token."""
         dtype = jnp.promote_types(self.lambda_re.dtype, jnp.float32)  # float32, or float64 under x64
         u = u.astype(dtype)
         lambda_bar, b_bar = self.discretize()
         bu = (jnp.einsum("blh,ph->blp", u, b_bar.real) + 1j * jnp.einsum("blh,ph->blp", u, b_bar.imag))
-        forward = linear_scan(lambda_bar, bu, valid)
-        backward = linear_scan(lambda_bar, bu, valid, reverse=True)
+        forward_decay = backward_decay = lambda_bar
+        if times is not None:
+            forward_decay, backward_decay = self.gap_decays(times)
+        forward = linear_scan(forward_decay, bu, valid)
+        backward = linear_scan(backward_decay, bu, valid, reverse=True)
         c = self.c[...]
         y = sum(jnp.einsum("blp,hp->blh", x.real, c[i, ..., 0]) - jnp.einsum("blp,hp->blh", x.imag, c[i, ..., 1])
                 for i, x in enumerate((forward, backward)))
@@ -139,7 +164,7 @@ class S5Mixer(nnx.Module):
         self.ssm = S5(dim, state, rngs)
         self.proj = _linear(dim, dim, dtype, rngs)
 
-    def __call__(self, x, valid=None):
+    def __call__(self, x, valid=None, times=None):
         from jepa_cli.models.block import gelu
 
-        return self.proj(gelu(self.ssm(x, valid)).astype(self.dtype))
+        return self.proj(gelu(self.ssm(x, valid, times)).astype(self.dtype))

@@ -75,20 +75,23 @@ def _rank(grid: tuple[int, ...], order: str) -> np.ndarray:
 
 
 def to_scan_order(x, positions, valid, grid: tuple[int, ...], order: str):
-    """Tokens x [B, L, D] sorted into the scan `order` of `grid`: (x, valid, back), where back(y)
-    puts y [B, L, ...] into the original slots again. `positions` int [B, L] are the tokens' raster
-    indices (None: x is the whole grid in raster order); invalid slots (valid [B, L] False) go last,
-    so a recurrence reaches them only after every valid token."""
+    """Tokens x [B, L, D] sorted into the scan `order` of `grid`: (x, valid, back, times), where
+    back(y) puts y [B, L, ...] into the original slots again and times int32 [B, L] is each sorted
+    token's place in the scan of the whole grid (invalid slots: the grid's size). `positions` int
+    [B, L] are the tokens' raster indices (None: x is the whole grid in raster order, and times is
+    None: every token is one place after the last); invalid slots (valid [B, L] False) go last, so a
+    recurrence reaches them only after every valid token."""
     rank = _rank(tuple(grid), order)
     if positions is None:
         perm = np.argsort(rank)  # static: the scan's raster indices
         inverse = jnp.asarray(rank)
         return (x[:, perm], None if valid is None else valid[:, perm],
-                lambda y: jnp.take(y, inverse, axis=1))
+                lambda y: jnp.take(y, inverse, axis=1), None)
     key = jnp.asarray(rank)[positions]
     if valid is not None:
         key = jnp.where(valid, key, rank.size)
     perm = jnp.argsort(key, axis=1, stable=True)  # [B, L]
     inverse = jnp.argsort(perm, axis=1)
     take = lambda y, p: jnp.take_along_axis(y, p.reshape(*p.shape, *(1,) * (y.ndim - 2)), axis=1)  # noqa: E731
-    return take(x, perm), None if valid is None else take(valid, perm), lambda y: take(y, inverse)
+    return (take(x, perm), None if valid is None else take(valid, perm), lambda y: take(y, inverse),
+            take(key, perm))

@@ -57,11 +57,12 @@ class VisionTransformer(nnx.Module):
         depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
         num_frames: int | None = None, tubelet_size: int = 1, scan_layers: bool = False,
         remat: str = "none", mixers: tuple[str, ...] | None = None, ssm_state: int = 64,
-        scan_order: str = "raster", norm_eps: float = NORM_EPS,
+        scan_order: str = "raster", ssm_gaps: str = "skip", norm_eps: float = NORM_EPS,
     ):
         self.scan_layers, self.remat = scan_layers, remat
         # a stack with a recurrent block runs in scan order (None: attention only, order-free)
         self.scan_order = scan_order if mixers is not None and "s5" in mixers else None
+        self.ssm_gaps = ssm_gaps
         self.image_size = tuple(image_size)
         self.patch_size = patch_size
         self.width = width
@@ -118,18 +119,19 @@ class VisionTransformer(nnx.Module):
                 x = x.reshape(-1, *x.shape[2:])
                 if valid is not None:
                     valid = valid.reshape(-1, valid.shape[-1])
-        back = None
+        back = times = None
         if self.scan_order is not None:
             positions = None if index is None else index.reshape(-1, index.shape[-1])
-            x, valid, back = to_scan_order(x, positions, valid, self.grid, self.scan_order)
+            x, valid, back, times = to_scan_order(x, positions, valid, self.grid, self.scan_order)
+            times = times if self.ssm_gaps == "elapse" else None
         depth = len(self.blocks)
         if not 1 <= last_layers <= depth:
             raise InputError(f"last_layers must be in 1..{depth}, got {last_layers}")
         blocks = list(self.blocks)
-        x = run_blocks(blocks[:depth - last_layers], x, valid, scan=self.scan_layers, remat=self.remat)
+        x = run_blocks(blocks[:depth - last_layers], x, valid, scan=self.scan_layers, remat=self.remat, times=times)
         outs = []
         for blk in blocks[depth - last_layers:]:
-            x = run_blocks([blk], x, valid, remat=self.remat)
+            x = run_blocks([blk], x, valid, remat=self.remat, times=times)
             outs.append(self.norm(x))
         x = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
         if back is not None:
@@ -146,10 +148,11 @@ class VisionTransformerPredictor(nnx.Module):
         self, *, grid: tuple[int, ...], embed_dim: int, width: int, depth: int, heads: int,
         mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs, num_mask_tokens: int | None = None,
         scan_layers: bool = False, remat: str = "none", mixers: tuple[str, ...] | None = None,
-        ssm_state: int = 64, scan_order: str = "raster", norm_eps: float = NORM_EPS,
+        ssm_state: int = 64, scan_order: str = "raster", ssm_gaps: str = "skip", norm_eps: float = NORM_EPS,
     ):
         self.scan_layers, self.remat = scan_layers, remat
         self.scan_order = scan_order if mixers is not None and "s5" in mixers else None
+        self.ssm_gaps = ssm_gaps
         self.grid = tuple(grid)  # (rows, columns), or (frames, rows, columns) for video
         self.width = width
         self.dtype = dtype
@@ -195,7 +198,8 @@ class VisionTransformerPredictor(nnx.Module):
             x = run_blocks(self.blocks, x, valid, scan=self.scan_layers, remat=self.remat)
         else:  # context and mask tokens interleaved in scan order: each target sees its neighbours
             where = jnp.concatenate([jnp.broadcast_to(context_index, (b, m, k)), target_index], axis=2)
-            x, svalid, back = to_scan_order(x, where.reshape(b * m, k + t), valid, self.grid, self.scan_order)
-            x = back(run_blocks(self.blocks, x, svalid, scan=self.scan_layers, remat=self.remat))
+            x, svalid, back, times = to_scan_order(x, where.reshape(b * m, k + t), valid, self.grid, self.scan_order)
+            times = times if self.ssm_gaps == "elapse" else None
+            x = back(run_blocks(self.blocks, x, svalid, scan=self.scan_layers, remat=self.remat, times=times))
         x = self.norm(x[:, k:])
         return self.proj(x).reshape(b, m, t, -1)
