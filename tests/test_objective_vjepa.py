@@ -153,6 +153,19 @@ def test_crop_and_flip_are_the_same_for_every_frame_of_a_clip():
     assert 0 < flipped < 12
 
 
+def test_a_clip_normalised_on_the_device_is_the_host_transforms_clip_to_one_rounding():
+    clip = np.random.default_rng(4).integers(0, 256, (4, 12, 10, 3), np.uint8)
+    host = transforms.clip_random_resized_crop(8)
+    device = transforms.clip_random_resized_crop(8, on_device=True)
+    for seed in range(3):
+        pixels = device({"video": clip}, np.random.default_rng(seed))["video"]
+        assert pixels.dtype == np.uint8 and pixels.shape == (4, 8, 8, 3)
+        normalised = jax.jit(device.device)({"video": jnp.asarray(pixels[None])})["video"][0]
+        expected = host({"video": clip}, np.random.default_rng(seed))["video"]
+        # XLA:CPU divides by a reciprocal multiply: within one unit in the last place of NumPy's quotient
+        np.testing.assert_array_max_ulp(np.asarray(normalised), expected, maxulp=1)
+
+
 def test_clips_of_other_frames_or_channels_are_refused(setup):
     obj, _, _ = setup
     with pytest.raises(InputError, match="the model takes 4 frames of 3 channel"):

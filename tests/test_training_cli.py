@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -214,6 +215,33 @@ class _WandbDouble:
 
     def finish(self):
         self.calls.append(("finish",))
+
+
+def test_pixels_normalised_on_the_device_train_as_the_input_pipeline_does(trained, tmp_path):
+    import shutil
+
+    from jepa_cli.training.run import load_run
+
+    params = {}
+    for name, extra in (("host", []), ("device", ["--device-normalise"])):
+        run = tmp_path / name
+        shutil.copytree(trained["run"], run)
+        r = _cli("train", "--out", run, "--data", trained["digits"], "--resume", "--steps", "42", "-q", *extra)
+        assert r.exit_code == 0, r.stderr
+        _, _, params[name], step = load_run(run)
+        assert step == 42
+    # the inputs differ by at most one float32 rounding (XLA:CPU's division), so two updates agree to 1e-6
+    for device, host in zip(jax.tree.leaves(params["device"]), jax.tree.leaves(params["host"])):
+        np.testing.assert_allclose(device, host, rtol=0, atol=1e-6)
+    config = json.loads((tmp_path / "device" / "run.json").read_text())["config"]
+    assert config["device_normalise"] is True
+
+
+def test_device_normalise_is_refused_in_one_line_where_the_inputs_are_not_pixels(trained, tmp_path):
+    r = _cli("train", "--objective", "flow", "--data", trained["digits"], "--out", tmp_path / "flow", "--steps", "1",
+             "--device-normalise")
+    assert_user_error(r, "--device-normalise: flow's inputs are not pixels")
+    assert not (tmp_path / "flow").exists()
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,22 @@
 Each transform is ``fn(example: dict, rng: np.random.Generator) -> dict``: it reads
 ``example["image"]`` (uint8 [H, W, C]) and returns a copy of the example whose "image" is float32
 [S, S, C], normalised by mean/std. Resizing is Pillow bilinear (as torchvision on PIL images).
+
+The training transforms can leave the normalisation to the device (`on_device`, option
+`device_normalise`): they then return the resized uint8 pixels, a quarter of the bytes to move, and
+carry the float half as ``transform.device`` (a `DeviceNormalise`), which the train step applies to
+the batch: the same float32 arithmetic as `_normalise`, to one rounding (XLA's division).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 from PIL import Image
+
+from jepa_cli.errors import InputError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -22,14 +30,24 @@ def _size(s) -> tuple[int, int]:
     return int(s), int(s)
 
 
+def _resize_pixels(image: np.ndarray, box: tuple[float, float, float, float], size) -> np.ndarray:
+    """Crop ``box`` (left, top, right, bottom) of uint8 [H, W, C] (C 1 or 3) and resize to size (h, w):
+    uint8 [h, w, C], as Pillow rounds its output."""
+    h, w = size
+    c = image.shape[2]
+    if c not in (1, 3):
+        raise InputError(f"device_normalise takes 1- or 3-channel pixels (Pillow resizes them as uint8), "
+                         f"these have {c}")
+    pil = Image.fromarray(image[..., 0] if c == 1 else image, "L" if c == 1 else "RGB")
+    return np.asarray(pil.resize((w, h), Image.BILINEAR, box=box)).reshape(h, w, c)
+
+
 def _resize(image: np.ndarray, box: tuple[float, float, float, float], size) -> np.ndarray:
-    """Crop ``box`` (left, top, right, bottom) of uint8 [H, W, C] and resize to size (h, w)."""
+    """Crop ``box`` (left, top, right, bottom) of uint8 [H, W, C] and resize to size (h, w): float32."""
     h, w = size
     c = image.shape[2]
     if c in (1, 3):
-        pil = Image.fromarray(image[..., 0] if c == 1 else image, "L" if c == 1 else "RGB")
-        out = np.asarray(pil.resize((w, h), Image.BILINEAR, box=box), dtype=np.float32)
-        return out.reshape(h, w, c)
+        return _resize_pixels(image, box, size).astype(np.float32)
     chans = [
         np.asarray(
             Image.fromarray(image[..., i].astype(np.float32), "F").resize(
@@ -45,6 +63,23 @@ def _normalise(x: np.ndarray, mean, std) -> np.ndarray:
     mean = np.asarray(mean, np.float32) * 255.0
     std = np.asarray(std, np.float32) * 255.0
     return ((x - mean) / std).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceNormalise:
+    """The float half of a training transform, applied in the train step: batch[key] uint8 pixels
+    [B, ..., C] -> float32 (x - 255 mean) / (255 std), per channel, as `_normalise` on the host."""
+
+    key: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __call__(self, batch: dict) -> dict:
+        import jax.numpy as jnp
+
+        mean = np.asarray(self.mean, np.float32) * 255.0
+        std = np.asarray(self.std, np.float32) * 255.0
+        return {**batch, self.key: (batch[self.key].astype(jnp.float32) - mean) / std}
 
 
 def _as_hwc(image) -> np.ndarray:
@@ -82,17 +117,23 @@ def random_resized_crop_box(
 
 
 def random_resized_crop(
-    image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.3, 1.0), ratio=(3 / 4, 4 / 3)
+    image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.3, 1.0), ratio=(3 / 4, 4 / 3),
+    on_device: bool = False,
 ):
-    """Training transform: RandomResizedCrop to image_size, no flip, mean/std normalisation."""
+    """Training transform: RandomResizedCrop to image_size, no flip, mean/std normalisation (left to
+    the device with `on_device`: uint8 out, ``transform.device`` normalises the batch)."""
     size = _size(image_size)
 
     def transform(example: dict, rng: np.random.Generator) -> dict:
         image = _as_hwc(example["image"])
         top, left, h, w = random_resized_crop_box(image.shape[0], image.shape[1], rng, scale, ratio)
-        x = _resize(image, (left, top, left + w, top + h), size)
-        return {**example, "image": _normalise(x, mean, std)}
+        box = (left, top, left + w, top + h)
+        if on_device:
+            return {**example, "image": _resize_pixels(image, box, size)}
+        return {**example, "image": _normalise(_resize(image, box, size), mean, std)}
 
+    if on_device:
+        transform.device = DeviceNormalise("image", tuple(mean), tuple(std))
     return transform
 
 
@@ -121,22 +162,27 @@ def resize_center_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize_
 
 
 def clip_random_resized_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.3, 1.0),
-                             ratio=(0.75, 1.35), hflip: bool = True):
+                             ratio=(0.75, 1.35), hflip: bool = True, on_device: bool = False):
     """Video training transform (V-JEPA app/vjepa/transforms.py): one RandomResizedCrop box and one
     horizontal flip (probability 0.5) drawn per clip and applied to every frame of
-    ``example["video"]`` (uint8 [T, H, W, C]) -> float32 [T, S, S, C], mean/std normalised."""
+    ``example["video"]`` (uint8 [T, H, W, C]) -> float32 [T, S, S, C], mean/std normalised (with
+    `on_device`: uint8 [T, S, S, C], and ``transform.device`` normalises the batch)."""
     size = _size(image_size)
+    resize = _resize_pixels if on_device else _resize
 
     def transform(example: dict, rng: np.random.Generator) -> dict:
         clip = np.asarray(example["video"])
         top, left, h, w = random_resized_crop_box(clip.shape[1], clip.shape[2], rng, scale, ratio)
         flip = hflip and rng.random() < 0.5
-        frames = [_resize(_as_hwc(f), (left, top, left + w, top + h), size) for f in clip]
+        frames = [resize(_as_hwc(f), (left, top, left + w, top + h), size) for f in clip]
         x = np.stack(frames)
         if flip:
             x = x[:, :, ::-1]
-        return {**example, "video": _normalise(np.ascontiguousarray(x), mean, std)}
+        x = np.ascontiguousarray(x)
+        return {**example, "video": x if on_device else _normalise(x, mean, std)}
 
+    if on_device:
+        transform.device = DeviceNormalise("video", tuple(mean), tuple(std))
     return transform
 
 

@@ -400,9 +400,9 @@ class AudioJEPAObjective(EncoderPredictorObjective):
 
         return transform
 
-    def train_transform(self, image_size=None):
+    def train_transform(self, image_size=None, on_device: bool = False):
         """No augmentation (none in the released code): centre crop or pad to the clip length, then
-        the waveform normalisation."""
+        the waveform normalisation (on the host whatever `on_device` says: waveforms are not pixels)."""
         return self._transform()
 
     def eval_transform(self, image_size=None):

@@ -146,8 +146,9 @@ class GenerativeObjective:
         scale = np.asarray(c.latent_scale if c.latent_scale is not None else [1.0] * d, np.float32)
         return shift, scale
 
-    def train_transform(self, image_size=None):
-        """Images: uint8 -> [-1, 1] at the model's size; latents: (z - shift) * scale."""
+    def train_transform(self, image_size=None, on_device: bool = False):
+        """Images: uint8 -> [-1, 1] at the model's size; latents: (z - shift) * scale. Normalised on
+        the host whatever `on_device` says."""
         if self.config.modality == "image":
             return transforms.resize_center_crop(image_size or self.config.image_size, (0.5,) * self.config.channels,
                                                  (0.5,) * self.config.channels, resize_ratio=1.0)

@@ -105,10 +105,10 @@ class IJEPAObjective(EncoderPredictorObjective):
         enc = self._encoder.merge(encoder_params)
         return enc(images, last_layers=last_layers).astype(jnp.float32)
 
-    def train_transform(self, image_size=None):
+    def train_transform(self, image_size=None, on_device: bool = False):
         c = self.config
         return transforms.random_resized_crop(
-            image_size or c.image_size, c.norm_mean, c.norm_std, c.crop_scale, c.crop_ratio
+            image_size or c.image_size, c.norm_mean, c.norm_std, c.crop_scale, c.crop_ratio, on_device
         )
 
     def eval_transform(self, image_size=None):

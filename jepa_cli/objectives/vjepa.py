@@ -158,15 +158,17 @@ class VJEPAObjective(EncoderPredictorObjective):
             raise InputError(f"clips are {list(shape)} [T, H, W, C], the model takes {c.num_frames} frames of "
                              f"{c.channels} channel(s) (num_frames, channels)")
 
-    def train_transform(self, image_size=None):
+    def train_transform(self, image_size=None, on_device: bool = False):
         c = self.config
         crop = transforms.clip_random_resized_crop(image_size or c.image_size, c.norm_mean, c.norm_std,
-                                                   c.crop_scale, c.crop_ratio, c.hflip)
+                                                   c.crop_scale, c.crop_ratio, c.hflip, on_device)
 
         def transform(example: dict, rng: np.random.Generator) -> dict:
             self._check_clip(example["video"])
             return crop(example, rng)
 
+        if on_device:
+            transform.device = crop.device
         return transform
 
     def eval_transform(self, image_size=None):

@@ -99,6 +99,10 @@ class TrainConfig:
     batch_size: int = _key(64, _Rule("int", 1), "Global examples per optimizer update.")
     grad_accum: int = _key(1, _Rule("int", 1), "Split each batch into K micro-batches (one update).")
     mesh: str = _key("data=-1,fsdp=1", _Rule("str"), "Device mesh, e.g. data=-1,fsdp=1 (-1 takes the rest).")
+    device_normalise: bool = _key(False, _Rule("bool"),
+                                  "Send the resized pixels to the device as uint8 and normalise them in the "
+                                  "train step: a quarter of the bytes per batch, the same float32 numbers to "
+                                  "one rounding (ijepa, vjepa).")
     seed: int = _key(0, _Rule("int", 0, 2**32 - 1),  # what numpy and jax.random.PRNGKey accept
                      "Seed of initialisation, data order and masks.")
     # optimizer and schedules (official I-JEPA defaults, configs/in1k_vith14_ep300.yaml)

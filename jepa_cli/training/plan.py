@@ -172,8 +172,8 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     abstract = abstract_state(objective, tx, abstract_params)
     state_sh = mesh_lib.state_shardings(mesh, abstract)
     batch_sh = mesh_lib.batch_sharding(mesh)
-    transform = objective.train_transform(config.objective_config.get("image_size"))
-    step_fn = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, momentum_fn, config.grad_accum),
+    transform, on_device = _train_transform(config, objective)
+    step_fn = jit_step(make_step_fn(objective, tx, lr_fn, wd_fn, momentum_fn, config.grad_accum, on_device),
                        state_sh, batch_sh, mesh_lib.replicated(mesh))
     batch_spec = abstract_batch(config.data, transform, config.batch_size, batch_sh, uses_labels(objective))
     _trace_step(step_fn, abstract, state_sh, batch_spec, config.objective)
@@ -183,6 +183,21 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     return Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
                  state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record,
                  probe=probe, new_data=new_data)
+
+
+def _train_transform(config: TrainConfig, objective) -> tuple[Callable, Callable | None]:
+    """The objective's training transform and the part of it the step applies on the device (None:
+    all of it runs in the input pipeline); an InputError when `device_normalise` asks for a part
+    that the objective's inputs do not have."""
+    size = config.objective_config.get("image_size")
+    if not config.device_normalise:
+        return objective.train_transform(size), None
+    transform = objective.train_transform(size, on_device=True)
+    on_device = getattr(transform, "device", None)
+    if on_device is None:
+        raise InputError(f"--device-normalise: {config.objective}'s inputs are not pixels to normalise on the "
+                         f"device (ijepa and vjepa take it)")
+    return transform, on_device
 
 
 def _dataset_identity(path: str) -> dict[str, str]:

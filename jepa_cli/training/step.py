@@ -13,8 +13,9 @@ from jepa_cli.training.state import TrainState, ema_source
 
 
 def make_step_fn(objective, tx: optax.GradientTransformation, lr_fn: Callable, wd_fn: Callable,
-                 momentum_fn: Callable | None, grad_accum: int = 1) -> Callable:
-    """The (unjitted) step: (state, batch) -> (state, metrics dict of scalars)."""
+                 momentum_fn: Callable | None, grad_accum: int = 1, on_device: Callable | None = None) -> Callable:
+    """The (unjitted) step: (state, batch) -> (state, metrics dict of scalars). `on_device`: the
+    part of the training transform that runs here, first (the batch's uint8 pixels normalised)."""
     spec = objective.ema_spec
     k = int(grad_accum)
 
@@ -25,6 +26,8 @@ def make_step_fn(objective, tx: optax.GradientTransformation, lr_fn: Callable, w
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def step_fn(state: TrainState, batch: dict[str, Any]):
+        if on_device is not None:
+            batch = on_device(batch)
         key = jax.random.fold_in(state.rng, state.step)
         if k == 1:
             (loss, aux), grads = grad_fn(state.params, state.ema, batch, key, state.step)
