@@ -14,7 +14,8 @@
 # Each configuration runs in its own process (an out-of-memory or failing row does not stop the
 # others; its error goes into the table, its whole output into TABLE.log). After the table, a profile
 # of each model's bf16 step per op class (benchmarks/op_profile.py; PROFILE=0 leaves it out, TINY=1 too
-# unless PROFILE=1). The official step halves its
+# unless PROFILE=1), and the input pipeline at 224 px with every core (benchmarks/pipeline.py: normalised
+# on the host and on the device). The official step halves its
 # batch on out-of-memory (at most twice); the table gives the batch it ran at. After each model's bf16
 # row, one row per lever at that row's batch: LEVERS holds ';'-separated sets of gpu_step.py options
 # (default "--attention-impl dot_product", cuDNN's flash attention; TINY: none), and each set also gets
@@ -106,5 +107,13 @@ if [[ "${PROFILE:-1}" != 0 ]]; then  # where each model's bf16 step spends its t
       fi
     done
   done
+fi
+if [[ -z "${TINY:-}" ]]; then  # can the host feed the step: the input pipeline at 224 px, both normalisations
+  out=$("$PYTHON" benchmarks/pipeline.py --size 224 --source-size 256 --threads "$(nproc)" --batches 30 2>&1 | tee -a "$LOG")
+  printf '
+input pipeline, %s threads
+
+%s
+' "$(nproc)" "$out" >> "$TABLE"
 fi
 cat "$TABLE"
