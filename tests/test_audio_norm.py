@@ -35,6 +35,15 @@ def test_dataset_normalisation_is_the_log_mel_minus_the_mean_over_twice_the_std(
     np.testing.assert_allclose(np.asarray(obj.spectrogram(w)), (x + 5.0) / 8.0, rtol=1e-6, atol=1e-6)
 
 
+def test_clip_normalisation_subtracts_each_mel_bins_mean_over_the_frames():
+    obj = AudioJEPAObjective(AudioJEPAConfig(**TINY, spec_norm="clip"))
+    w = _waves()
+    y = np.asarray(obj.spectrogram(w))  # [3, 16 frames, 16 mel, 1]
+    x = np.asarray(log_mel(w, obj.config))
+    np.testing.assert_allclose(y.mean(axis=1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(y, x - x.mean(axis=1, keepdims=True), rtol=0, atol=1e-5)
+
+
 def test_time_strips_regroup_each_patch_into_the_channels_frame_major():
     obj = AudioJEPAObjective(AudioJEPAConfig(**TINY, patch_frames=2, patch_mels=16))
     assert obj.model_config.grid == (8, 1) and obj.model_config.channels == 32 and obj.model_config.patch_size == 1
@@ -93,6 +102,7 @@ def test_a_run_records_the_statistics_in_run_json_and_encode_latents_applies_the
 
 @pytest.mark.parametrize("extra, message", [
     ({"spec_mean": 1.0, "spec_std": 2.0}, 'spec_mean and spec_std apply to spec_norm = "dataset"'),
+    ({"spec_norm": "clip", "spec_mean": 1.0, "spec_std": 2.0}, 'spec_mean and spec_std apply to spec_norm = "dataset"'),
     ({"spec_norm": "dataset", "spec_mean": 1.0}, "spec_mean and spec_std go together"),
     ({"spec_norm": "dataset", "spec_mean": 1.0, "spec_std": 0.0}, "spec_std must be > 0, got 0.0"),
     ({"patch_frames": 3}, "patches of 3 frames x 4 mel bins do not tile 16 frames x 16 mel bins"),
@@ -104,5 +114,5 @@ def test_bad_normalisation_or_patch_options_are_refused(extra, message):
 
 
 def test_an_unknown_spec_norm_is_refused_naming_the_choices():
-    with pytest.raises(InputError, match="unknown spec_norm 'global' .choose from none, dataset."):
+    with pytest.raises(InputError, match="unknown spec_norm 'global' .choose from none, dataset, clip."):
         AudioJEPAConfig(**TINY, spec_norm="global")

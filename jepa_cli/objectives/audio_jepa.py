@@ -29,7 +29,7 @@ from jepa_cli.objectives.ijepa_config import IJEPAConfig, check_anticollapse
 from jepa_cli.options import option, option_of
 
 NORM_EPS = 1e-6  # Audio-JEPA src/models/components/loss.py: target standardisation eps
-SPEC_NORMS = ("none", "dataset")
+SPEC_NORMS = ("none", "dataset", "clip")
 # the clips the trainer reads for spec_mean and spec_std, evenly spaced over the training set: enough for
 # two scalar statistics, bounded on AudioSet-size data
 STATS_CLIPS = 1024
@@ -86,7 +86,9 @@ class AudioJEPAConfig:
     # input normalisation (not in Audio-JEPA, which uses none): AudioMAE and BEATs standardise the log-mel
     # with dataset statistics as (x - mean) / (2 std) (AudioMAE dataset.py, BEATs.py preprocess)
     spec_norm: str = option("none", "Log-mel input normalisation: none (Audio-JEPA) | dataset: (x - spec_mean) / "
-                                    "(2 spec_std), the training set's statistics (AudioMAE, BEATs).",
+                                    "(2 spec_std), the training set's statistics (AudioMAE, BEATs) | clip: each mel "
+                                    "bin less its mean over the clip's frames (cepstral mean normalisation: the "
+                                    "recording's spectral envelope, its speaker and channel, removed).",
                             choices=SPEC_NORMS)
     spec_mean: float | None = option(None, "Mean of the training set's log-mel values (spec_norm dataset; default: "
                                            "computed by the trainer and recorded in run.json).")
@@ -121,7 +123,7 @@ class AudioJEPAConfig:
             raise InputError(f"total_updates must be >= 0, got {self.total_updates}")
         if self.spec_norm not in SPEC_NORMS:
             raise InputError(f"unknown spec_norm {self.spec_norm!r} (choose from {', '.join(SPEC_NORMS)})")
-        if self.spec_norm == "none" and (self.spec_mean is not None or self.spec_std is not None):
+        if self.spec_norm != "dataset" and (self.spec_mean is not None or self.spec_std is not None):
             raise InputError('spec_mean and spec_std apply to spec_norm = "dataset"')
         if (self.spec_mean is None) != (self.spec_std is None):
             raise InputError("spec_mean and spec_std go together: give both or neither")
@@ -304,7 +306,8 @@ class AudioJEPAObjective(EncoderPredictorObjective):
     # -- training --------------------------------------------------------------------------
     def spectrogram(self, waves):
         """float32 waveforms [B, samples] -> what the encoder reads: the log-mel [B, frames, mel_bins, 1]
-        (log_mel), standardised as (x - spec_mean) / (2 spec_std) with spec_norm "dataset", and with
+        (log_mel), standardised as (x - spec_mean) / (2 spec_std) with spec_norm "dataset", centred per
+        clip with spec_norm "clip" (each mel bin less its mean over the frames), and with
         rectangular patches regrouped to [B, frames / patch_frames, mel_bins / patch_mels, patch_frames x
         patch_mels] (each patch's values frame-major, as a patch_frames x patch_mels convolution reads them)."""
         c = self.config
@@ -314,6 +317,8 @@ class AudioJEPAObjective(EncoderPredictorObjective):
                 raise InputError('spec_norm "dataset" needs spec_mean and spec_std (jepa train measures them on '
                                  "the training set)")
             x = (x - c.spec_mean) / (2.0 * c.spec_std)
+        elif c.spec_norm == "clip":  # cepstral mean normalisation (Atal 1974); the log-mel's own scale is kept
+            x = x - x.mean(axis=1, keepdims=True)  # [B, frames, mel_bins, 1]: each bin's mean over the frames
         if c.rectangular:
             (pt, pm), b = c.patch_shape, x.shape[0]
             x = x.reshape(b, c.frames // pt, pt, c.mel_bins // pm, pm).transpose(0, 1, 3, 2, 4)
