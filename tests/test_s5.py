@@ -1,5 +1,7 @@
 """S5 blocks, mixer patterns and scan orders (tiny widths, a few tokens)."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -327,6 +329,8 @@ def test_a_flow_run_trains_an_s5_dit_from_the_command_line_and_refuses_to_resume
     assert started.exit_code == 0, started.output
     record = (run / "run.json").read_text()
     assert '"mixer": "s5"' in record
+    info = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).stdout)
+    assert (info["mixer"], info["ssm_state"], info["scan_order"]) == ("s5", 4, "raster")
     resumed = CliRunner().invoke(cli, [*common, "--steps", "2", "--resume", "--mixer", "attn"])
     assert resumed.exit_code == 2
     assert "holds another model" in resumed.output and len(resumed.output.strip().splitlines()) == 1

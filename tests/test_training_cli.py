@@ -66,6 +66,7 @@ def test_info_and_ema_inspect(trained):
     assert r.exit_code == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["kind"] == "run" and info["objective"] == "ijepa" and info["model"] == "tiny"
+    assert info["mixer"] == "attn" and "ssm_state" not in info  # attention only: no S5 options shown
     assert info["steps_done"] == 40 and info["checkpoints"] == [20, 40] and len(info["params_sha256"]) == 64
     assert info["latest_metrics"]["step"] == 40
     losses = [json.loads(x)["loss"] for x in (trained["run"] / "metrics.jsonl").read_text().splitlines()]

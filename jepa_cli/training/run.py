@@ -349,15 +349,33 @@ def loss_curve(metrics: list[dict[str, Any]], points: int = 60) -> dict[str, Any
             "first": float(rows[0][1]), "last": float(rows[-1][1])}
 
 
+# what `jepa info` shows of a model with an S5 block (models/mixer_pattern.py, models/s5.py)
+S5_KEYS = ("pred_mixer", "ssm_state", "scan_order", "ssm_gaps")
+
+
+def mixer_summary(objective_config: dict[str, Any]) -> dict[str, Any]:
+    """The token-mixer options of a run: its `mixer` pattern, and with an S5 block anywhere the
+    predictor's pattern, state size, scan order and gaps; {} for an objective without mixers."""
+    if "mixer" not in objective_config:
+        return {}
+    patterns = (objective_config["mixer"], objective_config.get("pred_mixer") or "")
+    out = {"mixer": objective_config["mixer"]}
+    if any("s5" in pattern.split(",") for pattern in patterns):
+        out.update({k: objective_config[k] for k in S5_KEYS if objective_config.get(k) not in (None, "")})
+    return out
+
+
 def describe_run(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
-    """`jepa info RUN`: objective, model, steps done, checkpoints, latest metrics, and params_sha256
-    of the newest checkpoint that reads back (damaged ones are listed in `unreadable_checkpoints`)."""
+    """`jepa info RUN`: objective, model (and its token mixers), steps done, checkpoints, latest metrics,
+    and params_sha256 of the newest checkpoint that reads back (damaged ones are listed in
+    `unreadable_checkpoints`)."""
     record = read_run(path)
     config = record.get("config", {})
     steps = checkpoint_steps(path)
     out: dict[str, Any] = {
         "objective": config.get("objective"),
         "model": config.get("objective_config", {}).get("model"),
+        **mixer_summary(config.get("objective_config", {})),
         "dataset": config.get("data"),
         "steps_done": steps[-1] if steps else 0,
         "total_steps": record.get("lengths", {}).get("steps"),
