@@ -3,7 +3,7 @@
     make bench [REFERENCE=~/src/ijepa REFERENCE_PYTHON=~/venv-torch/bin/python]
     .venv/bin/python benchmarks/all.py [--reference DIR] [--reference-python PY] [--quick] [--json]
 
-Runs each benchmark script in its own process with --json (train_step, masks, pipeline, compile,
+Runs each benchmark script in its own process with --json (train_step, masks, pipeline (both normalisations), compile,
 encode, mixer, sample) and collects its headline figures. With --reference (a checkout of facebookresearch/ijepa
 and a Python with torch) the step's baseline is the official code itself; otherwise that row
 compares with the last recorded official figure (marked *). --quick shortens every measurement
@@ -59,6 +59,10 @@ def collect(args) -> list[dict]:
     rows.append({"figure": "input pipeline img/s (batch 32)", "ours": pipe["images_per_sec"], "baseline": step_images,
                  "baseline_name": "the step's img/s", "ratio": pipe["vs_step"], "target": ">= 5x",
                  "met": pipe["vs_step"] >= 5})
+    device = pipe["device_normalise"]
+    rows.append({"figure": "input pipeline img/s, --device-normalise", "ours": device["images_per_sec"],
+                 "baseline": pipe["images_per_sec"], "baseline_name": "normalised in the pipeline",
+                 "ratio": device["vs_pipeline"], "target": "-", "met": None})
     comp = _run("compile.py", *(["--model", "tiny", "--image-size", "64", "--patch-size", "8"] if args.quick else []))
     rows.append({"figure": f"first step ViT-{comp['model']} --scan-layers, s (cold cache)", "ours": comp["scan_cold_s"],
                  "baseline": comp["unrolled_cold_s"], "baseline_name": "unrolled, cold s",
