@@ -243,6 +243,13 @@ def test_device_normalise_is_refused_in_one_line_where_the_inputs_are_not_pixels
              "--device-normalise")
     assert_user_error(r, "--device-normalise: flow's inputs are not pixels")
     assert not (tmp_path / "flow").exists()
+    four = tmp_path / "rgba.zarr"  # Pillow resizes 1 or 3 channels as uint8
+    store.write_group(four, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
+    store.write_array(four / "inputs", np.zeros((16, 16, 16, 4), np.uint8))
+    r = _cli("train", "--config", trained["recipe"], "--data", four, "--out", tmp_path / "rgba", "--steps", "1",
+             "--batch-size", "8", *TINY, "--device-normalise")
+    assert_user_error(r, "--device-normalise takes 1- or 3-channel pixels", "these have 4")
+    assert not (tmp_path / "rgba").exists()
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ def _resize_pixels(image: np.ndarray, box: tuple[float, float, float, float], si
     h, w = size
     c = image.shape[2]
     if c not in (1, 3):
-        raise InputError(f"device_normalise takes 1- or 3-channel pixels (Pillow resizes them as uint8), "
+        raise InputError(f"--device-normalise takes 1- or 3-channel pixels (Pillow resizes them as uint8), "
                          f"these have {c}")
     pil = Image.fromarray(image[..., 0] if c == 1 else image, "L" if c == 1 else "RGB")
     return np.asarray(pil.resize((w, h), Image.BILINEAR, box=box)).reshape(h, w, c)
