@@ -113,11 +113,16 @@ class S5(nnx.Module):
         self.log_step = nnx.Param(jax.random.uniform(rngs.params(), (half,), jnp.float32,
                                                      np.log(DT_MIN), np.log(DT_MAX)))
 
+    def eigenvalues(self):
+        """(Lambda, Lambda * step) complex [P/2]: the continuous eigenvalues, real parts clipped below 0,
+        and the exponent of one zero-order-hold step."""
+        lam = jnp.minimum(self.lambda_re[...], LAMBDA_RE_MAX) + 1j * self.lambda_im[...]
+        return lam, lam * jnp.exp(self.log_step[...])
+
     def discretize(self):
         """ZOH: (Lambda_bar, B_bar) complex [P/2], [P/2, H] (S5 eq. 6, ssm.discretize_zoh)."""
-        lam = jnp.minimum(self.lambda_re[...], LAMBDA_RE_MAX) + 1j * self.lambda_im[...]
-        step = jnp.exp(self.log_step[...])
-        lambda_bar = jnp.exp(lam * step)
+        lam, exponent = self.eigenvalues()
+        lambda_bar = jnp.exp(exponent)
         b = self.b[..., 0] + 1j * self.b[..., 1]
         return lambda_bar, ((lambda_bar - 1.0) / lam)[:, None] * b
 
@@ -126,13 +131,12 @@ class S5(nnx.Module):
         [B, L, P/2] from times int [B, L] (increasing along L over the valid tokens). Forward step k
         decays by the gap from token k-1 to k, backward step k by the gap from k to k+1; the first
         forward and last backward step start from a zero state, so their gap is irrelevant (1)."""
-        lam = jnp.minimum(self.lambda_re[...], LAMBDA_RE_MAX) + 1j * self.lambda_im[...]
-        rate = lam * jnp.exp(self.log_step[...])  # [P/2]: the exponent of one step
+        _, exponent = self.eigenvalues()
         gaps = jnp.diff(times, axis=1).astype(self.lambda_re.dtype)  # [B, L-1]
         ones = jnp.ones_like(gaps[:, :1])
         forward = jnp.concatenate([ones, gaps], axis=1)
         backward = jnp.concatenate([gaps, ones], axis=1)
-        return (jnp.exp(rate * forward[..., None]), jnp.exp(rate * backward[..., None]))
+        return (jnp.exp(exponent * forward[..., None]), jnp.exp(exponent * backward[..., None]))
 
     def __call__(self, u, valid=None, times=None):
         """times int [B, L]: each token's place in the whole scan (option `ssm_gaps` elapse); None
