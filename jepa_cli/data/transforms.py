@@ -77,9 +77,7 @@ class DeviceNormalise:
     def __call__(self, batch: dict) -> dict:
         import jax.numpy as jnp
 
-        mean = np.asarray(self.mean, np.float32) * 255.0
-        std = np.asarray(self.std, np.float32) * 255.0
-        return {**batch, self.key: (batch[self.key].astype(jnp.float32) - mean) / std}
+        return {**batch, self.key: _normalise(batch[self.key].astype(jnp.float32), self.mean, self.std)}
 
 
 def _as_hwc(image) -> np.ndarray:
