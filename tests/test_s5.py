@@ -35,6 +35,14 @@ def _complex(rng, *shape):
     return rng.normal(size=shape) + 1j * rng.normal(size=shape)
 
 
+def test_ssm_step_is_the_range_of_the_initial_steps_of_every_s5_block():
+    encoder = ModelConfig(**{**TINY, "ssm_state": 256}, mixer="s5", ssm_step=(0.05, 0.5)).encoder(nnx.Rngs(0))
+    steps = np.exp(np.asarray(encoder.blocks[1].ssm.ssm.log_step[...]))  # [128]: P/2 states, log-uniform
+    assert steps.shape == (128,) and 0.05 <= steps.min() < 0.06 and 0.4 < steps.max() <= 0.5
+    default = np.exp(np.asarray(S5(8, 256, nnx.Rngs(0)).log_step[...]))
+    assert 1e-3 <= default.min() < 2e-3 and 0.07 < default.max() <= 0.1  # S5's dt_min, dt_max
+
+
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "backward"])
 def test_parallel_scan_equals_the_python_recurrence_in_float64(reverse):
     rng = np.random.default_rng(0)
@@ -150,6 +158,9 @@ def test_pred_mixer_gives_the_predictor_its_own_pattern_under_a_3_to_1_encoder()
     ({"ssm_state": 5}, "ssm_state must be an even number >= 2"),
     ({"scan_order": "zigzag"}, "unknown scan_order 'zigzag'"),
     ({"ssm_gaps": "jump"}, "unknown ssm_gaps 'jump'"),
+    ({"ssm_step": (0.1, 0.01)}, "ssm_step must be LO,HI with 0 < LO <= HI, got 0.1,0.01"),
+    ({"ssm_step": (0.0, 0.1)}, "ssm_step must be LO,HI with 0 < LO <= HI, got 0.0,0.1"),
+    ({"ssm_step": (0.01,)}, "ssm_step must be"),
 ])
 def test_bad_mixer_options_are_one_line_input_errors(options, message):
     with pytest.raises(InputError, match=message) as err:
@@ -302,6 +313,7 @@ def test_the_generative_objectives_take_the_mixer_options_for_their_dit():
     ({"mixer": "s5,mamba"}, "unknown mixer 'mamba'"),
     ({"mixer": "s5,s5,attn", "depth": 2}, "names 3 blocks but the DiT has 2"),
     ({"ssm_state": 3}, "ssm_state must be an even number"),
+    ({"ssm_step": [1.0, -1.0]}, "ssm_step must be LO,HI with 0 < LO <= HI"),
     ({"modality": "latent", "latent_shape": [8], "scan_order": "hilbert"}, "applies to image grids"),
 ])
 def test_bad_dit_mixer_options_are_one_line_input_errors(options, message):
@@ -330,7 +342,7 @@ def test_a_flow_run_trains_an_s5_dit_from_the_command_line_and_refuses_to_resume
     record = (run / "run.json").read_text()
     assert '"mixer": "s5"' in record
     info = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).stdout)
-    assert (info["mixer"], info["ssm_state"], info["scan_order"]) == ("s5", 4, "raster")
+    assert (info["mixer"], info["ssm_state"], info["ssm_step"], info["scan_order"]) == ("s5", 4, [1e-3, 0.1], "raster")
     resumed = CliRunner().invoke(cli, [*common, "--steps", "2", "--resume", "--mixer", "attn"])
     assert resumed.exit_code == 2
     assert "holds another model" in resumed.output and len(resumed.output.strip().splitlines()) == 1

@@ -24,6 +24,7 @@ from flax import nnx
 
 from jepa_cli.errors import InputError
 from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS
+from jepa_cli.models.s5 import SSM_STEP
 
 
 def trunc_normal(std: float = 0.02):
@@ -197,7 +198,8 @@ class Block(nnx.Module):
     `ssm_state`) where attention (`attn`) is; the rest of the block is the same."""
 
     def __init__(self, dim: int, heads: int, mlp_ratio: float, dtype, rngs: nnx.Rngs,
-                 cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64, norm_eps: float = NORM_EPS):
+                 cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64,
+                 ssm_step: tuple[float, float] = SSM_STEP, norm_eps: float = NORM_EPS):
         affine = cond_dim is None
         norm = functools.partial(_layer_norm, eps=norm_eps) if affine else _plain_layer_norm
         self.norm1 = norm(dim, dtype, rngs)
@@ -206,7 +208,7 @@ class Block(nnx.Module):
         else:
             from jepa_cli.models.s5 import S5Mixer
 
-            self.ssm = S5Mixer(dim, ssm_state, dtype, rngs)
+            self.ssm = S5Mixer(dim, ssm_state, dtype, rngs, step=ssm_step)
         self.norm2 = norm(dim, dtype, rngs)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), dtype, rngs)
         self.modulation = None if affine else ZeroLinear(cond_dim, 6 * dim, dtype, rngs)
@@ -295,11 +297,12 @@ def _plain_layer_norm(dim, dtype, rngs):
 
 
 
-def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps=NORM_EPS):
+def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step=SSM_STEP, norm_eps=NORM_EPS):
     """`depth` blocks; mixers None: all attention, the ViT's blocks in the official parameter order."""
     if mixers is None:
         return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, norm_eps=norm_eps) for _ in range(depth)])
     if len(mixers) != depth:
         raise InputError(f"{len(mixers)} mixers for {depth} blocks")
-    return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, mixer=m, ssm_state=ssm_state, norm_eps=norm_eps)
+    return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, mixer=m, ssm_state=ssm_state, ssm_step=ssm_step,
+                           norm_eps=norm_eps)
                      for m in mixers])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models.mixer_pattern import (ATTENTION_IMPLS, JEPA_MIXER_APPLIES, MIXER_APPLIES, SCAN_ORDERS, SSM_GAPS,
-                                          parse_mixer)
+                                          check_ssm, parse_mixer)
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -91,6 +91,9 @@ class ModelConfig:
                              applies=JEPA_MIXER_APPLIES, metavar="PATTERN")
     ssm_state: int = option(64, "S5 state size P (even; P/2 conjugate-pair states are stored).", flag=True,
                             applies=MIXER_APPLIES)
+    ssm_step: tuple[float, float] = option((1e-3, 1e-1), "S5 initial step range LO,HI: each state's learned step "
+                                           "starts log-uniform in it; the state forgets over about 2 / step "
+                                           "tokens.", flag=True, applies=MIXER_APPLIES, metavar="LO,HI")
     scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",
                              flag=True, choices=SCAN_ORDERS, applies=MIXER_APPLIES)
     ssm_gaps: str = option("skip", "What a masked hole in the scan is to an S5 block: skip (the kept tokens are "
@@ -138,9 +141,8 @@ class ModelConfig:
         _ = self.encoder_mixers, self.predictor_mixers  # parses the pattern: a bad one is an InputError
         if not self.norm_eps > 0:
             raise InputError(f"norm_eps must be > 0, got {self.norm_eps!r}")
-        if self.ssm_state < 2 or self.ssm_state % 2:
-            raise InputError(f"ssm_state must be an even number >= 2 (P/2 conjugate pairs are stored), "
-                             f"got {self.ssm_state}")
+        object.__setattr__(self, "ssm_step", tuple(self.ssm_step))
+        check_ssm(self.ssm_state, self.ssm_step)
         if self.scan_order not in SCAN_ORDERS:
             raise InputError(f"unknown scan_order {self.scan_order!r} (choose from {', '.join(SCAN_ORDERS)})")
         if self.ssm_gaps not in SSM_GAPS:
@@ -185,7 +187,7 @@ class ModelConfig:
         norm = {"norm_eps": self.norm_eps}
         if set(mixers) <= {"attn"}:
             return norm
-        return {"mixers": mixers, "ssm_state": self.ssm_state, "scan_order": self.scan_order,
+        return {"mixers": mixers, "ssm_state": self.ssm_state, "ssm_step": self.ssm_step, "scan_order": self.scan_order,
                 "ssm_gaps": self.ssm_gaps, **norm}
 
     @property

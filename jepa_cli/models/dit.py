@@ -21,6 +21,7 @@ from flax import nnx
 
 from jepa_cli.models.pos_embed import sincos_1d_from_grid, sincos_2d
 from jepa_cli.models.block import Block, ZeroLinear, _linear, _plain_layer_norm, modulate, trunc_normal
+from jepa_cli.models.s5 import SSM_STEP
 from jepa_cli.models.scan_order import to_scan_order
 
 FREQ_DIM = 256  # DiT's TimestepEmbedder frequency_embedding_size
@@ -44,7 +45,8 @@ def positions(width: int, grid: tuple[int, ...]) -> np.ndarray:
 class DiT(nnx.Module):
     def __init__(self, *, in_dim: int, out_dim: int, grid: tuple[int, ...], width: int, depth: int,
                  heads: int, num_classes: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
-                 mixers: tuple[str, ...] | None = None, ssm_state: int = 64, scan_order: str = "raster"):
+                 mixers: tuple[str, ...] | None = None, ssm_state: int = 64, ssm_step: tuple[float, float] = SSM_STEP,
+                 scan_order: str = "raster"):
         self.grid = tuple(grid)
         # a recurrent stack on a 2D grid runs in scan order (None: attention only, or a 1D sequence)
         self.scan_order = scan_order if mixers is not None and "s5" in mixers and len(self.grid) == 2 else None
@@ -62,7 +64,7 @@ class DiT(nnx.Module):
                                     for _ in range(depth)])
         else:
             self.blocks = nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, cond_dim=width, mixer=m,
-                                          ssm_state=ssm_state) for m in mixers[:depth]])
+                                          ssm_state=ssm_state, ssm_step=ssm_step) for m in mixers[:depth]])
         self.final_norm = _plain_layer_norm(width, dtype, rngs)
         self.final_modulation = ZeroLinear(width, 2 * width, dtype, rngs)
         self.final_proj = ZeroLinear(width, out_dim, dtype, rngs)

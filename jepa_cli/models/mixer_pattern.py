@@ -22,6 +22,16 @@ JEPA_MIXER_APPLIES = ("ijepa", "vjepa", "audio-jepa")  # `pred_mixer`: the objec
 MIXER_APPLIES = JEPA_MIXER_APPLIES + ("flow", "diffusion")
 
 
+def check_ssm(state: int, step) -> None:
+    """Refuses S5 options no layer can take: a state size that is not an even number >= 2 (P/2
+    conjugate pairs are stored), a step range that is not 0 < LO <= HI."""
+    if state < 2 or state % 2:
+        raise InputError(f"ssm_state must be an even number >= 2 (P/2 conjugate pairs are stored), got {state}")
+    low, high = step
+    if not 0 < low <= high < float("inf"):
+        raise InputError(f"ssm_step must be LO,HI with 0 < LO <= HI, got {low},{high}")
+
+
 def parse_mixer(pattern: str, depth: int, what: str = "encoder") -> tuple[str, ...]:
     """The mixer of each of `depth` blocks named by `pattern` ('s5,attn' -> s5, attn, s5, attn, ...).
     An empty pattern or entry, an unknown name, or more entries than `depth` is an InputError."""

@@ -11,7 +11,8 @@ One multi-input multi-output linear recurrence per direction over a sequence u [
 - conjugate symmetry (S5 Sec. 4.3, conj_sym): of the P eigenvalues, which come in conjugate pairs,
   only P/2 are stored and the output takes 2 Re(.);
 - zero-order hold (S5 eq. 6): Lambda_bar = exp(Lambda * step), B_bar = (Lambda_bar - 1) / Lambda * B,
-  with a learned log step per state, initialised log-uniform in [1e-3, 1e-1] (S5's dt_min, dt_max);
+  with a learned log step per state, initialised log-uniform in `step` (option `ssm_step`; default
+  [1e-3, 1e-1], S5's dt_min, dt_max);
 - `jax.lax.associative_scan` over (Lambda_bar, B_bar u) pairs (S5 Sec. 3.2), both directions;
 - bidirectional as S5's `bidirectional`: the two states are concatenated and projected by one C of
   twice the state width (here C_f and C_b, the halves of that C);
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-DT_MIN, DT_MAX = 1e-3, 1e-1  # S5 ssm.py init_log_steps defaults (dt_min, dt_max)
+SSM_STEP = (1e-3, 1e-1)  # S5 ssm.py init_log_steps defaults (dt_min, dt_max); option `ssm_step`
 # The S5 leaves kept out of weight decay: S5's "standard" optimiser groups (train_helpers.py
 # create_train_state: B, Lambda_re, Lambda_im and log_step go to plain Adam, C and D to AdamW). Decay
 # would pull the eigenvalues' real parts and the log steps towards 0, i.e. towards marginal stability
@@ -94,7 +95,7 @@ class S5(nnx.Module):
     d [H]. Initialisation as S5's defaults (ssm.py: B lecun_normal, C trunc_standard_normal, D
     normal(1))."""
 
-    def __init__(self, width: int, state: int, rngs: nnx.Rngs):
+    def __init__(self, width: int, state: int, rngs: nnx.Rngs, step: tuple[float, float] = SSM_STEP):
         half = state // 2
         eigenvalues, vectors = hippo_n(state)
         lam = eigenvalues[:half]
@@ -111,7 +112,7 @@ class S5(nnx.Module):
         self.c = nnx.Param(jnp.stack([cv.real, cv.imag], axis=-1))
         self.d = nnx.Param(jax.random.normal(rngs.params(), (width,), jnp.float32))
         self.log_step = nnx.Param(jax.random.uniform(rngs.params(), (half,), jnp.float32,
-                                                     np.log(DT_MIN), np.log(DT_MAX)))
+                                                     np.log(step[0]), np.log(step[1])))
 
     def eigenvalues(self):
         """(Lambda, Lambda * step) complex [P/2]: the continuous eigenvalues, real parts clipped below 0,
@@ -161,11 +162,11 @@ class S5Mixer(nnx.Module):
     dtype. S5 SSM, GELU (S5's `gelu` activation), then an output Linear (`proj`, as attention's) so
     that adaLN-Zero and the residual see a projection like attention's."""
 
-    def __init__(self, dim: int, state: int, dtype, rngs: nnx.Rngs):
+    def __init__(self, dim: int, state: int, dtype, rngs: nnx.Rngs, step: tuple[float, float] = SSM_STEP):
         from jepa_cli.models.block import _linear
 
         self.dtype = dtype
-        self.ssm = S5(dim, state, rngs)
+        self.ssm = S5(dim, state, rngs, step)
         self.proj = _linear(dim, dim, dtype, rngs)
 
     def __call__(self, x, valid=None, times=None):

@@ -27,6 +27,7 @@ from jepa_cli.errors import InputError
 from jepa_cli.models.block import NORM_EPS, _blocks, _layer_norm, _linear, _zeros, run_blocks, trunc_normal
 from jepa_cli.names import COMPUTE_DTYPES
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
+from jepa_cli.models.s5 import SSM_STEP
 from jepa_cli.models.scan_order import to_scan_order
 
 
@@ -57,7 +58,8 @@ class VisionTransformer(nnx.Module):
         depth: int, heads: int, mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs,
         num_frames: int | None = None, tubelet_size: int = 1, scan_layers: bool = False,
         remat: str = "none", mixers: tuple[str, ...] | None = None, ssm_state: int = 64,
-        scan_order: str = "raster", ssm_gaps: str = "skip", norm_eps: float = NORM_EPS,
+        ssm_step: tuple[float, float] = SSM_STEP, scan_order: str = "raster", ssm_gaps: str = "skip",
+        norm_eps: float = NORM_EPS,
     ):
         self.scan_layers, self.remat = scan_layers, remat
         # a stack with a recurrent block runs in scan order (None: attention only, order-free)
@@ -77,7 +79,7 @@ class VisionTransformer(nnx.Module):
             kernel_init=trunc_normal(), bias_init=_zeros,
             dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
         )
-        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps)
+        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step, norm_eps)
         self.norm = _layer_norm(width, dtype, rngs, norm_eps)
 
     def patchify(self, images):
@@ -148,7 +150,8 @@ class VisionTransformerPredictor(nnx.Module):
         self, *, grid: tuple[int, ...], embed_dim: int, width: int, depth: int, heads: int,
         mlp_ratio: float = 4.0, dtype=jnp.float32, rngs: nnx.Rngs, num_mask_tokens: int | None = None,
         scan_layers: bool = False, remat: str = "none", mixers: tuple[str, ...] | None = None,
-        ssm_state: int = 64, scan_order: str = "raster", ssm_gaps: str = "skip", norm_eps: float = NORM_EPS,
+        ssm_state: int = 64, ssm_step: tuple[float, float] = SSM_STEP, scan_order: str = "raster",
+        ssm_gaps: str = "skip", norm_eps: float = NORM_EPS,
     ):
         self.scan_layers, self.remat = scan_layers, remat
         self.scan_order = scan_order if mixers is not None and "s5" in mixers else None
@@ -161,7 +164,7 @@ class VisionTransformerPredictor(nnx.Module):
             self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
         else:  # V-JEPA: one zero-initialised token per mask type (vitl16.yaml zero_init_mask_tokens)
             self.mask_tokens = nnx.Param(jnp.zeros((num_mask_tokens, 1, width), jnp.float32))
-        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, norm_eps)
+        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step, norm_eps)
         self.norm = _layer_norm(width, dtype, rngs, norm_eps)
         self.proj = _linear(width, embed_dim, dtype, rngs)
 

@@ -64,6 +64,7 @@ class AudioJEPAConfig:
     mixer: str = option_of(ModelConfig, "mixer", "attn")
     pred_mixer: str = option_of(ModelConfig, "pred_mixer", "")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
+    ssm_step: tuple[float, float] = option_of(ModelConfig, "ssm_step", (1e-3, 1e-1))
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     ssm_gaps: str = option_of(ModelConfig, "ssm_gaps", "skip")
     # Audio-JEPA configs/model/jepa.yaml leaves norm_layer at torch's nn.LayerNorm: eps 1e-5
@@ -182,7 +183,7 @@ class AudioJEPAConfig:
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
                            heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
                            remat=self.remat, mixer=self.mixer, pred_mixer=self.pred_mixer, ssm_state=self.ssm_state,
-                           scan_order=self.scan_order, ssm_gaps=self.ssm_gaps, norm_eps=self.norm_eps)
+                           ssm_step=tuple(self.ssm_step), scan_order=self.scan_order, ssm_gaps=self.ssm_gaps, norm_eps=self.norm_eps)
 
     @property
     def mask_config(self) -> RandomConfig:

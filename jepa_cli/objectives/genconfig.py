@@ -14,7 +14,7 @@ from typing import Any
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models.config import ModelConfig
-from jepa_cli.models.mixer_pattern import SCAN_ORDERS, parse_mixer
+from jepa_cli.models.mixer_pattern import SCAN_ORDERS, check_ssm, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES as DTYPES
 from jepa_cli.options import option, option_of
 
@@ -64,6 +64,7 @@ class GenerativeConfig:
     # the DiT's token mixers: the encoders' options (models/config.py), the same flags
     mixer: str = option_of(ModelConfig, "mixer", "attn")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
+    ssm_step: tuple[float, float] = option_of(ModelConfig, "ssm_step", (1e-3, 1e-1))
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     # the data (filled from the dataset by dataset_options)
     modality: str = _opt("image", "image | latent (default: the dataset's).", flag=False)
@@ -117,9 +118,8 @@ class GenerativeConfig:
         if self.width % self.heads or self.width % 4:
             raise InputError(f"width {self.width} must be divisible by 4 and by {self.heads} heads")
         _ = self.mixers  # parses the pattern: a bad one is an InputError
-        if self.ssm_state < 2 or self.ssm_state % 2:
-            raise InputError(f"ssm_state must be an even number >= 2 (P/2 conjugate pairs are stored), "
-                             f"got {self.ssm_state}")
+        object.__setattr__(self, "ssm_step", tuple(self.ssm_step))
+        check_ssm(self.ssm_state, self.ssm_step)
         if self.scan_order not in SCAN_ORDERS:
             raise InputError(f"unknown scan_order {self.scan_order!r} (choose from {', '.join(SCAN_ORDERS)})")
         if self.scan_order != "raster" and self.modality != "image":

@@ -72,7 +72,7 @@ class GenerativeObjective:
         from jepa_cli.models.dit import DiT
 
         # mixer arguments only for a stack with an S5 block: an attention-only DiT is built as it always was
-        mixing = {} if set(c.mixers) == {"attn"} else dict(mixers=c.mixers, ssm_state=c.ssm_state,
+        mixing = {} if set(c.mixers) == {"attn"} else dict(mixers=c.mixers, ssm_state=c.ssm_state, ssm_step=c.ssm_step,
                                                              scan_order=c.scan_order)
         self._dit = ModuleTemplate(lambda rngs: DiT(
             in_dim=token_dim, out_dim=token_dim, grid=self.grid, width=c.width, depth=c.depth, heads=c.heads,

@@ -350,7 +350,7 @@ def loss_curve(metrics: list[dict[str, Any]], points: int = 60) -> dict[str, Any
 
 
 # what `jepa info` shows of a model with an S5 block (models/mixer_pattern.py, models/s5.py)
-S5_KEYS = ("pred_mixer", "ssm_state", "scan_order", "ssm_gaps")
+S5_KEYS = ("pred_mixer", "ssm_state", "ssm_step", "scan_order", "ssm_gaps")
 
 
 def mixer_summary(objective_config: dict[str, Any]) -> dict[str, Any]:
