@@ -19,3 +19,4 @@ def test_audio_jepa_small_reads_one_second_at_16khz_as_32_time_strips_with_antic
     assert cfg.patch_shape == (2, 32) and cfg.model_config.grid == (32, 1)  # 2 frames across all 32 mel bins
     assert cfg.mask_config.ratio == (0.8, 0.9)
     assert (cfg.var_weight, cfg.var_target, cfg.cov_weight) == (1.0, 1.0, 0.1)
+    assert tuple(cfg.ema) == (0.99, 1.0)  # Audio-JEPA: 0.996; from 0.99 the target follows within 1,600 updates
