@@ -342,7 +342,8 @@ def test_a_flow_run_trains_an_s5_dit_from_the_command_line_and_refuses_to_resume
     record = (run / "run.json").read_text()
     assert '"mixer": "s5"' in record
     info = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).stdout)
-    assert (info["mixer"], info["ssm_state"], info["ssm_step"], info["scan_order"]) == ("s5", 4, [1e-3, 0.1], "raster")
+    assert (info["mixer"], info["ssm_state"], info["scan_order"]) == ("s5", 4, "raster")
+    assert info["ssm_step"] == [1e-3, 0.1]
     resumed = CliRunner().invoke(cli, [*common, "--steps", "2", "--resume", "--mixer", "attn"])
     assert resumed.exit_code == 2
     assert "holds another model" in resumed.output and len(resumed.output.strip().splitlines()) == 1

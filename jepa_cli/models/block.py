@@ -23,8 +23,7 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.errors import InputError
-from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS
-from jepa_cli.models.s5 import SSM_STEP
+from jepa_cli.models.mixer_pattern import ATTENTION_IMPLS, SSM_STEP
 
 
 def trunc_normal(std: float = 0.02):

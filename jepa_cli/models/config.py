@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models.mixer_pattern import (ATTENTION_IMPLS, JEPA_MIXER_APPLIES, MIXER_APPLIES, SCAN_ORDERS, SSM_GAPS,
-                                          check_ssm, parse_mixer)
+                                          SSM_STEP, check_ssm, parse_mixer)
 from jepa_cli.names import COMPUTE_DTYPES, MODEL_NAMES, REMAT_POLICIES
 from jepa_cli.options import option
 
@@ -91,7 +91,7 @@ class ModelConfig:
                              applies=JEPA_MIXER_APPLIES, metavar="PATTERN")
     ssm_state: int = option(64, "S5 state size P (even; P/2 conjugate-pair states are stored).", flag=True,
                             applies=MIXER_APPLIES)
-    ssm_step: tuple[float, float] = option((1e-3, 1e-1), "S5 initial step range LO,HI: each state's learned step "
+    ssm_step: tuple[float, float] = option(SSM_STEP, "S5 initial step range LO,HI: each state's learned step "
                                            "starts log-uniform in it; the state forgets over about 2 / step "
                                            "tokens.", flag=True, applies=MIXER_APPLIES, metavar="LO,HI")
     scan_order: str = option("raster", "Order in which S5 blocks scan the patch grid (per frame for video).",

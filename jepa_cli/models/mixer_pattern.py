@@ -15,6 +15,7 @@ from jepa_cli.errors import InputError
 MIXERS = ("attn", "s5")  # attn: models/block.py Attention; s5: models/s5.py S5Mixer
 SCAN_ORDERS = ("raster", "serpentine", "hilbert")  # models/scan_order.py
 SSM_GAPS = ("skip", "elapse")  # models/s5.py: what a masked hole in the scan is to the recurrence
+SSM_STEP = (1e-3, 1e-1)  # S5's initial step range: lindermanlab/S5 ssm.py init_log_steps (dt_min, dt_max)
 ATTENTION_IMPLS = ("xla", "dot_product")  # models/block.py Attention.impl
 # the objectives whose models take the mixer options (`jepa train --help` names them): the JEPA encoders
 # and predictors (ModelConfig) and the generative objectives' DiT (GenerativeConfig)

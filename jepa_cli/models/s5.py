@@ -36,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-SSM_STEP = (1e-3, 1e-1)  # S5 ssm.py init_log_steps defaults (dt_min, dt_max); option `ssm_step`
+from jepa_cli.models.mixer_pattern import SSM_STEP
+
 # The S5 leaves kept out of weight decay: S5's "standard" optimiser groups (train_helpers.py
 # create_train_state: B, Lambda_re, Lambda_im and log_step go to plain Adam, C and D to AdamW). Decay
 # would pull the eigenvalues' real parts and the log steps towards 0, i.e. towards marginal stability

@@ -26,8 +26,8 @@ from flax import nnx
 from jepa_cli.errors import InputError
 from jepa_cli.models.block import NORM_EPS, _blocks, _layer_norm, _linear, _zeros, run_blocks, trunc_normal
 from jepa_cli.names import COMPUTE_DTYPES
+from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
-from jepa_cli.models.s5 import SSM_STEP
 from jepa_cli.models.scan_order import to_scan_order
 
 

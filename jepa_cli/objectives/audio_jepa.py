@@ -22,6 +22,7 @@ from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.masks.config import RandomConfig
 from jepa_cli.models import ModelConfig
 from jepa_cli.models.config import MODEL_SIZES
+from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.models.vit import gather_tokens
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
@@ -64,7 +65,7 @@ class AudioJEPAConfig:
     mixer: str = option_of(ModelConfig, "mixer", "attn")
     pred_mixer: str = option_of(ModelConfig, "pred_mixer", "")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
-    ssm_step: tuple[float, float] = option_of(ModelConfig, "ssm_step", (1e-3, 1e-1))
+    ssm_step: tuple[float, float] = option_of(ModelConfig, "ssm_step", SSM_STEP)
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     ssm_gaps: str = option_of(ModelConfig, "ssm_gaps", "skip")
     # Audio-JEPA configs/model/jepa.yaml leaves norm_layer at torch's nn.LayerNorm: eps 1e-5
@@ -183,7 +184,8 @@ class AudioJEPAConfig:
                            pred_heads=self.pred_heads, dtype=self.dtype, width=self.width, depth=self.depth,
                            heads=self.heads, mlp_ratio=self.mlp_ratio, scan_layers=self.scan_layers,
                            remat=self.remat, mixer=self.mixer, pred_mixer=self.pred_mixer, ssm_state=self.ssm_state,
-                           ssm_step=tuple(self.ssm_step), scan_order=self.scan_order, ssm_gaps=self.ssm_gaps, norm_eps=self.norm_eps)
+                           ssm_step=self.ssm_step, scan_order=self.scan_order, ssm_gaps=self.ssm_gaps,
+                           norm_eps=self.norm_eps)
 
     @property
     def mask_config(self) -> RandomConfig:

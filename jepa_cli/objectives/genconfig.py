@@ -14,7 +14,7 @@ from typing import Any
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models.config import ModelConfig
-from jepa_cli.models.mixer_pattern import SCAN_ORDERS, check_ssm, parse_mixer
+from jepa_cli.models.mixer_pattern import SCAN_ORDERS, SSM_STEP, check_ssm, parse_mixer
 from jepa_cli.names import COMPUTE_DTYPES as DTYPES
 from jepa_cli.options import option, option_of
 
@@ -64,7 +64,7 @@ class GenerativeConfig:
     # the DiT's token mixers: the encoders' options (models/config.py), the same flags
     mixer: str = option_of(ModelConfig, "mixer", "attn")
     ssm_state: int = option_of(ModelConfig, "ssm_state", 64)
-    ssm_step: tuple[float, float] = option_of(ModelConfig, "ssm_step", (1e-3, 1e-1))
+    ssm_step: tuple[float, float] = option_of(ModelConfig, "ssm_step", SSM_STEP)
     scan_order: str = option_of(ModelConfig, "scan_order", "raster")
     # the data (filled from the dataset by dataset_options)
     modality: str = _opt("image", "image | latent (default: the dataset's).", flag=False)
