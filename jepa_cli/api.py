@@ -26,6 +26,25 @@ from jepa_cli.errors import InputError, JepaError
 __all__ = ["Dataset", "InputError", "JepaError", "Run", "load_dataset", "load_run"]
 
 
+def _require(ok: bool, name: str, what: str, value: Any) -> None:
+    """InputError `NAME must be WHAT, got VALUE` unless `ok`: an argument of the wrong type or value
+    is refused in one line before it reaches code that would raise a traceback."""
+    if not ok:
+        scalar = isinstance(value, (str, bytes, int, float, np.generic, type(None)))
+        shown = repr(value) if scalar else type(value).__name__
+        raise InputError(f"{name} must be {what}, got {shown[:80]}")
+
+
+def _path(value: Any, name: str) -> Path:
+    """The argument `name` as a Path; InputError unless it is a str or an os.PathLike."""
+    _require(isinstance(value, (str, os.PathLike)), name, "a path (a str or os.PathLike)", value)
+    return Path(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 class Run:
     """One checkpoint of a training (or imported) run, loaded once; `encode` embeds arrays with it.
 
@@ -58,24 +77,24 @@ class Run:
 
     def encode(self, x: Any, layers: str = "last", pool: str = "mean", batch_size: int = 128) -> np.ndarray:
         """Embeddings of the raw samples `x` (as a dataset's `inputs` holds them: images
-        [N, H, W, C] uint8 or float, clips [N, T, H, W, C], audio [N, samples]).
+        [N, H, W, C], clips [N, T, H, W, C], audio [N, samples]). Pixels follow the rule `jepa ingest`
+        applies to arrays: uint8 as is, floats must lie in [0, 1] (round(v x 255)), so float pixels
+        0-255 are refused rather than misread (docs/api.md).
 
         Each sample goes through the run's evaluation transform (resize and centre crop to the
         training size, normalisation) and the encoder. `pool` "mean": float32 [N, D] (the tokens
         averaged); "none": the tokens [N, T, D]. `layers` "last4": the last four blocks' outputs
         concatenated (D x 4). `batch_size` samples per step; as in encode-latents, a batch is at most
-        N samples and the last one is padded. InputError for bad options, no samples, samples the
-        encoder cannot take (images of other channels than the run's), and embeddings that hold NaN
-        or inf. Audio must be at the run's sample rate (`config["objective_config"]["sample_rate"]`)."""
+        N samples and the last one is padded. InputError for bad options, no samples, samples that
+        hold NaN or inf, pixels outside their dtype's range, samples the encoder cannot take (images
+        without a channel axis or of other channels than the run's), and embeddings that hold NaN or
+        inf. Audio must be at the run's sample rate (`config["objective_config"]["sample_rate"]`)."""
         from jepa_cli.evaluation.encode import POOLS, check_finite_rows, encoded_batches, feature_shape, make_step
         from jepa_cli.evaluation.run_encoder import LAYERS
 
-        if layers not in LAYERS:
-            raise InputError(f"layers must be one of {', '.join(LAYERS)}, got {layers!r}")
-        if pool not in POOLS:
-            raise InputError(f"pool must be one of {', '.join(POOLS)}, got {pool!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
-            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        _require(isinstance(layers, str) and layers in LAYERS, "layers", f"one of {', '.join(LAYERS)}", layers)
+        _require(isinstance(pool, str) and pool in POOLS, "pool", f"one of {', '.join(POOLS)}", pool)
+        _require(_integer(batch_size) and batch_size > 0, "batch_size", "a positive integer", batch_size)
         try:
             x = np.asarray(x)
         except (TypeError, ValueError) as exc:
@@ -87,9 +106,15 @@ class Run:
             raise InputError("x holds no samples")
         modality = tuple(getattr(self._encoder.objective, "modalities", ("image",)))[0]
         channels = self._encoder.objective_config.get("channels")
-        if modality == "image" and x.ndim == 4 and channels and x.shape[-1] != int(channels):
+        if modality == "image" and x.ndim != 4:
+            hint = " (add the channel axis: x[..., None])" if x.ndim == 3 and channels and int(channels) == 1 else ""
+            raise InputError(f"x: images must be [N, H, W, {channels or 'C'}], got shape {list(x.shape)}{hint}")
+        if modality == "image" and channels and x.shape[-1] != int(channels):
             raise InputError(f"x: images of {x.shape[-1]} channel(s), but {self.path} was trained on {channels} "
                              f"(x is [N, H, W, C])")
+        x = _finite_samples(x)
+        if modality in ("image", "video"):
+            x = _pixels(x)
         if (layers, pool) not in self._steps:
             self._steps[layers, pool] = make_step(self._encoder.encode_fn(layers), self.encoder_params, pool)
         step, placed = self._steps[layers, pool]
@@ -101,15 +126,40 @@ class Run:
         return z
 
 
+def _finite_samples(x: np.ndarray) -> np.ndarray:
+    """`x`, refused when any sample holds NaN or inf (its embedding would be NaN, or garbage where the
+    transform casts pixels to uint8), saying how many samples do."""
+    if x.dtype.kind == "f":
+        bad = int(np.count_nonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1)))
+        if bad:
+            raise InputError(f"x: {bad} of the {len(x)} samples hold NaN or inf")
+    return x
+
+
+def _pixels(x: np.ndarray) -> np.ndarray:
+    """Images or clips as uint8, by the rule `jepa ingest` applies to arrays (docs/formats.md, "Pixel
+    values": the dtype sets the scale; floats must lie in [0, 1]), so that `encode(x)` equals
+    encode-latents on the dataset ingested from `x`."""
+    from jepa_cli.data.sources import BadSample, to_uint8
+
+    try:
+        return to_uint8(x, "x")
+    except BadSample as exc:
+        hint = ", or pass 0-255 pixels as uint8" if x.dtype.kind == "f" else ""
+        raise InputError(f"{exc}{hint}") from None
+
+
 def load_run(path: str | os.PathLike, step: int | None = None, weights: str = "target") -> Run:
     """The run at `path`, at checkpoint `step` (None: the newest that reads back), with its
     `weights` encoder ("target" or "context", as encode-latents --weights). InputError for a
     missing or damaged run, a step it does not hold, an objective without that encoder, and
     weights that hold NaN or inf."""
-    from jepa_cli.evaluation.run_encoder import open_encoder
+    from jepa_cli.evaluation.run_encoder import WEIGHTS, open_encoder
 
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
-        raise InputError(f"step must be a checkpoint step (an integer >= 0) or None, got {step!r}")
+    path = _path(path, "path")
+    _require(step is None or (_integer(step) and step >= 0), "step", "a checkpoint step (an integer >= 0) or None",
+             step)
+    _require(isinstance(weights, str) and weights in WEIGHTS, "weights", f"one of {', '.join(WEIGHTS)}", weights)
     notes: list[str] = []
     encoder = open_encoder(path, None if step is None else int(step), weights, on_log=notes.append)
     return Run(encoder, notes)
@@ -141,10 +191,11 @@ class Dataset:
 def load_dataset(path: str | os.PathLike) -> Dataset:
     """The dataset at `path` (as `jepa ingest` or `jepa encode-latents` writes it). InputError for
     a missing path, something that is not a dataset (a mask file, a run), damaged arrays, and
-    labels whose count differs from the samples'."""
+    labels whose count differs from the samples' or that are not integers fitting int32."""
     from jepa_cli.data import store
+    from jepa_cli.data.labels import int32_labels
 
-    path = Path(path)
+    path = _path(path, "path")
     if not path.exists():
         raise InputError(f"{path}: no such dataset")
     attrs = store.read_attributes(path)
@@ -154,7 +205,7 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
     inputs = store.read_array(path / "inputs")
     labels = None
     if (path / "labels").exists():
-        labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
+        labels = int32_labels(store.read_array(path / "labels"), str(path))
         if labels.shape[:1] != inputs.shape[:1]:
             raise InputError(f"{path}: inputs has {inputs.shape[0]} samples but labels has {labels.shape[0]}")
     return Dataset(path, inputs, labels, attrs)

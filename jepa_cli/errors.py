@@ -102,6 +102,21 @@ def received_signal(since: int = 0) -> int | None:
     return _received[-1] if _received[since:] else None
 
 
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is the process running out of
+    memory: a MemoryError (an address-space limit, `ulimit -v`), a thread the system could not start
+    (its stack is memory too) or XLA failing to allocate (RESOURCE_EXHAUSTED)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if (isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't start new thread" in text)
+                or ("RESOURCE_EXHAUSTED" in text and "memory" in text.lower())):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 # The file system refusing a read or a write: a full disk or quota, no permission, a read-only mount,
 # a name too long, a file over the size limit, a file where a path needs a folder (or the reverse), a
 # loop of symbolic links. The user fixes these, not the program (exit code 2).

@@ -65,7 +65,8 @@ def run_jepa(*args: str | os.PathLike, cwd: str | os.PathLike | None = None, env
 
 
 # `jepa ARGS` with one function wrapped so that, before or after it runs, the process touches a marker file
-# and waits: a signal sent once the marker exists lands at that point, whatever the machine's speed.
+# and waits (300 s, or until `release_held`): a signal sent once the marker exists lands at that point,
+# whatever the machine's speed.
 HELD = """
 import importlib, pathlib, sys, time
 marker, module, attribute, when = pathlib.Path(sys.argv[1]), *sys.argv[2:5]
@@ -74,10 +75,13 @@ owner = importlib.import_module(module)
 for part in filter(None, owner_path.split(".")):
     owner = getattr(owner, part)
 real = getattr(owner, name)
+go = marker.with_name(marker.name + ".go")
 def held(*args, **kwargs):
     out = real(*args, **kwargs) if when == "after" else None
     marker.touch()
-    time.sleep(300)
+    deadline = time.monotonic() + 300
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     return out if when == "after" else real(*args, **kwargs)
 setattr(owner, name, held)
 sys.argv[1:] = sys.argv[5:]
@@ -99,6 +103,11 @@ def start_held(marker: Path, target: str, when: str, *args: str | os.PathLike) -
             raise AssertionError(f"jepa {' '.join(map(str, args))} never reached {target}: {process.communicate()}")
         time.sleep(0.02)
     return process
+
+
+def release_held(marker: Path) -> None:
+    """Lets a process that `start_held` holds at `marker` go on at once."""
+    marker.with_name(marker.name + ".go").touch()
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, code: int = 2,

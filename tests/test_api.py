@@ -94,7 +94,7 @@ def test_bad_paths_and_options_raise_one_line_input_errors(setup, tmp_path, call
     (np.zeros((2, 32, 32, 3), np.uint8), {"batch_size": 0}, ["batch_size"]),
     (np.zeros((0, 32, 32, 3), np.uint8), {}, ["no samples"]),
     (np.zeros((2, 32, 32, 1), np.uint8), {}, ["1 channel(s)", "trained on 3"]),
-    (np.zeros((2, 5), np.uint8), {}, ["cannot take samples of shape [5]"]),
+    (np.zeros((2, 5), np.uint8), {}, ["images must be [N, H, W, 3]", "got shape [2, 5]"]),
     (np.array(["a", "b"]), {}, ["numeric array"]),
 ])
 def test_bad_arrays_and_options_to_encode_raise_one_line_input_errors(setup, x, options, fragments):

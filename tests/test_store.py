@@ -19,7 +19,7 @@ from jepa_cli.errors import InputError
 
 def make_artifact(path: Path, kind: str = "dataset") -> Path:
     store.write_group(path, store.base_attributes(kind))
-    (path / "payload").write_text("old")
+    store.write_array(path / "payload", np.ones(3, np.uint8))
     return path
 
 
@@ -128,7 +128,7 @@ def test_force_checks_the_kind_again_at_move_time(tmp_path):
         with atomic.atomic_directory(out, True, "dataset") as tmp:
             store.write_group(tmp, store.base_attributes("dataset"))
             (out / "zarr.json").unlink()  # meanwhile a user's folder took the dataset's place
-    assert [p.name for p in out.iterdir()] == ["payload"]
+    assert sorted(p.name for p in out.iterdir()) == ["payload"]
     assert [p.name for p in tmp_path.iterdir()] == ["d.zarr"]
 
 

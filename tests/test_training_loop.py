@@ -425,6 +425,6 @@ def test_a_process_other_than_0_takes_process_0s_decision_on_run_and_never_looks
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text('{"written": "by process 0, after the plans were made"}')
-    lock, mode = lock_run(run, main=False, planned="new", resume=False, force=False)
+    lock, mode = lock_run(run, main=False, planned="new", resume=False, force=False, seen=None)
     assert lock is None and mode == "new"
     assert not (run / ".lock").exists()

@@ -36,10 +36,19 @@ def _library_log_level(ctx: click.Context, param: click.Parameter, verbose: int)
 
 
 def stderr_console(quiet: bool = False):
-    """The rich console for logs and progress; stdout stays for results."""
+    """The rich console for logs and progress; stdout stays for results. Markup is off (stdout_console)."""
     from rich.console import Console
 
-    return Console(stderr=True, quiet=quiet)
+    return Console(stderr=True, quiet=quiet, markup=False)
+
+
+def stdout_console():
+    """The rich console for results, the one every command prints its tables through. Markup is off:
+    the strings printed are the user's (paths, class names, regexes, run names) and a `[...]` in them
+    is text, not a style; styles come from Text objects and column styles."""
+    from rich.console import Console
+
+    return Console(soft_wrap=True, markup=False)
 
 
 def stderr_log(quiet: bool = False, console=None) -> Callable[[str], None]:
@@ -99,7 +108,6 @@ def _json_default(value: Any) -> Any:
 
 def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
     """A two-column table of a flat mapping on stdout."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title, show_header=False, box=None, pad_edge=False)
@@ -113,7 +121,7 @@ def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
         elif isinstance(value, dict):
             value = json.dumps(value, default=_json_default)
         table.add_row(str(key), str(value))
-    Console(soft_wrap=True).print(table)
+    stdout_console().print(table)
 
 
 class ProgressHandle:
@@ -183,7 +191,7 @@ def progress_bar(description: str, total: int | None, unit: str, quiet: bool = F
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
     columns = [
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn("{task.description}", style="progress.description", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"),

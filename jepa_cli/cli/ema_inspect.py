@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from jepa_cli.cli.common import SPARK_BLOCKS, emit, output_options, spark_levels, warn
+from jepa_cli.cli.common import SPARK_BLOCKS, emit, output_options, spark_levels, stdout_console, warn
 from jepa_cli.cli.complete import complete_runs, complete_steps
 
 # Without colour the schedule gets a rule under it: these under the steps trained, those under the rest.
@@ -37,15 +37,15 @@ def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: 
 
 
 def _human(r: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(soft_wrap=True)
-    console.print(f"[bold]{r['run']}[/]: step {r['step']} of {r['total_steps']}, "
-                  f"EMA momentum now [bold cyan]{r['momentum']:.6f}[/] (source: {r['source']})")
+    console = stdout_console()
+    console.print(Text.assemble((str(r["run"]), "bold"), f": step {r['step']} of {r['total_steps']}, EMA momentum now ",
+                                (f"{r['momentum']:.6f}", "bold cyan"), f" (source: {r['source']})"))
     if "at" in r:
-        console.print(f"momentum at step {r['at']['step']}: [bold cyan]{r['at']['momentum']:.6f}[/]")
+        console.print(Text.assemble(f"momentum at step {r['at']['step']}: ",
+                                    (f"{r['at']['momentum']:.6f}", "bold cyan")))
     values = [p["momentum"] for p in r["schedule"]]
     lo, hi = min(values), max(values)
     past = [p["step"] <= r["step"] for p in r["schedule"]]

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from jepa_cli.cli.common import emit, output_options, print_mapping, sparkline
+from jepa_cli.cli.common import emit, output_options, print_mapping, sparkline, stdout_console
 from jepa_cli.cli.complete import complete_runs_or_datasets
 
 
@@ -69,7 +69,6 @@ def _human(description: dict[str, Any]) -> None:
     print_mapping(flat, title=f"{description['kind']}: {description['path']}")
     histogram = description.get("label_histogram")
     if histogram:
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title="labels")
@@ -79,4 +78,4 @@ def _human(description: dict[str, Any]) -> None:
         peak = max(histogram.values()) or 1
         for name, count in histogram.items():
             table.add_row(name, str(count), "█" * max(1, round(30 * count / peak)) if count else "")
-        Console().print(table)
+        stdout_console().print(table)

@@ -98,7 +98,7 @@ def command(source, out, labels_path, size, channels, sample_rate, seconds, labe
                          split=split, test_fraction=test_fraction, seed=seed, limit=limit, skip_bad=skip_bad,
                          force=force, progress=advance, on_total=advance.set_total, log=stderr_log(quiet))
     if summary["skipped"] and not as_json:
-        stderr_console(quiet).print(f"[yellow]skipped {summary['skipped']} unreadable file(s)[/yellow]")
+        stderr_console(quiet).print(f"skipped {summary['skipped']} unreadable file(s)", style="yellow")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} uint8"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
          + (f", {summary['groups']} groups" if "groups" in summary else "")

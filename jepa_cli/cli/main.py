@@ -14,9 +14,9 @@ import threading
 import click
 
 from jepa_cli import __version__
-from jepa_cli.errors import (InputError, JepaError, Terminated, completed_mark, completed_since, raise_if_signalled_since,
-                             raise_interrupted, raise_terminated, received_signal, signal_mark,
-                             storage_failure)
+from jepa_cli.errors import (InputError, JepaError, Terminated, completed_mark, completed_since, out_of_memory,
+                             raise_if_signalled_since, raise_interrupted, raise_terminated, received_signal,
+                             signal_mark, storage_failure)
 
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
@@ -93,6 +93,7 @@ class JepaGroup(click.Group):
             signum = received_signal(mark)
             if signum is not None:  # e.g. an import interrupted inside a C extension
                 raise _Stopped(128 + signum) from None
+            self.failed_command = ctx.invoked_subcommand  # for main's last line of defence
             raise
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -105,6 +106,8 @@ class JepaGroup(click.Group):
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN stays ignored
                 signal.signal(signal.SIGINT, raise_interrupted)
         completed = completed_mark()
+        _report_late_signals(completed)
+        self.failed_command = None
         try:
             with quiet_libraries():
                 rv = super().main(args=args, prog_name=prog_name or "jepa", complete_var=complete_var,
@@ -133,7 +136,13 @@ class JepaGroup(click.Group):
             refused = storage_failure(exc) or jax_environment_problem(exc)  # for every command
             if refused is not None:
                 _fail(refused, 2)
-            _fail(f"{type(exc).__name__}: {exc} (rerun with JEPA_DEBUG=1 for the traceback)", 1)
+            command = " ".join(filter(None, ("jepa", self.failed_command)))
+            if out_of_memory(exc):  # the user fixes it, as a full disk (exit 2)
+                _fail(f"{command} ran out of memory (the machine's, or a limit such as ulimit -v): give it "
+                      "a smaller batch (--batch-size) or more memory", 2)
+            what = " ".join(str(exc).split())
+            _fail(f"internal error in {command}{': ' + what if what else ''} "
+                  "(rerun with JEPA_DEBUG=1 for the traceback)", 1)
         if isinstance(rv, int) and rv:
             sys.exit(rv)
         sys.exit(0)
@@ -293,8 +302,49 @@ def _fail(message: str, code: int) -> None:
 
     line = utf8_text(" ".join(str(message).split()))  # one line of valid UTF-8, whatever the message held
     click.echo(f"jepa: error: {line}", err=True)
+    _late_signals.update(since=None, code=code if code in (130, 143) else None)  # said: nothing more to report
     _quiet_stderr_at_exit()
     sys.exit(code)
+
+
+# What the last atexit callback does: report the signals received after `since` (None: a line was already
+# said), and end a process that a signal stopped (`code`) without tearing JAX down.
+_late_signals: dict = {"since": None, "code": None, "registered": False}
+
+
+def _report_late_signals(completed: int) -> None:
+    """A SIGINT/SIGTERM arriving while the interpreter shuts down (Python threads joined, atexit callbacks)
+    raises where Python ignores the exception, and once Python has restored the default handlers it kills
+    the process without a line. So an atexit callback registered before any library's (it runs last)
+    ignores both signals from then on and reports one received after the command's outcome: its line, naming the
+    outputs written in full since `completed`, and exit 128 + N. A process a signal stopped then ends
+    at once, without the teardown of JAX's runtime, whose threads may still be running. Only in the
+    real process (in-process callers keep theirs)."""
+    _late_signals.update(since=signal_mark(), code=None)
+    if _late_signals["registered"] or sys.stderr is not sys.__stderr__ \
+            or threading.current_thread() is not threading.main_thread():
+        return
+    _late_signals["registered"] = True
+    import atexit
+
+    def last_word() -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # the outcome is settled: the teardown is not interrupted
+            signal.signal(signum, signal.SIG_IGN)
+        since, code = _late_signals["since"], _late_signals["code"]
+        signum = received_signal(since) if since is not None else None
+        if signum is not None:
+            done = completed_since(completed)
+            with contextlib.suppress(OSError, ValueError):
+                click.echo("jepa: error: " + ("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted")
+                           + (f" after {', '.join(done)} was written in full" if done else ""), err=True)
+            code = 128 + signum
+        if code is not None:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os._exit(code)
+
+    atexit.register(last_word)
 
 
 _stderr_closed_at_exit = False

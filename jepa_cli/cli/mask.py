@@ -83,8 +83,8 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
     if output is not None:
         atomic.check_output(output, force, "masks", [data] if data is not None else [])
     if png_path is not None:
-        atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture")
-        atomic.check_disjoint(png_path, [p for p in (data, output) if p is not None])
+        atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture",
+                                 [p for p in (data, output) if p is not None])
     if data is not None and not Path(data).exists():
         raise InputError(f"{data}: no such file or directory")
 

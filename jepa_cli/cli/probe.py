@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, print_mapping, progress_bar, stderr_log, warn
+from jepa_cli.cli.common import (SEED, emit, output_options, print_mapping, progress_bar, stderr_log, stdout_console,
+                                 warn)
 from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_steps
 
 
@@ -118,7 +119,6 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
         flat = {key: value for key, value in r.items() if key != "per_class" and not (key == "top5" and value is None)}
         print_mapping(flat, title=f"{probe} probe")
         if per_class:
-            from rich.console import Console
             from rich.table import Table
 
             table = Table(title="per class")
@@ -126,7 +126,7 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
                 table.add_column(col)
             for row in r["per_class"]:
                 table.add_row(str(row["class"]), row["name"], str(row["n"]), f"{row['top1']:.4f}")
-            Console().print(table)
+            stdout_console().print(table)
 
     emit(result, as_json, human)
 
@@ -151,7 +151,7 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
         raise InputError("--run probes the encoder's mean-pooled features with knn or linear (no attentive, "
                          "--raw or --per-class)")
     if step is not None and step != "all":
-        if not step.isdigit():
+        if not (step.isascii() and step.isdecimal()):
             raise InputError(f"--step must be a checkpoint step or 'all', got {step!r}")
         step = int(step)
     rows = probe_run(run_dir, train, test, probe, step, k=k, temperature=temperature, vote=vote, seed=seed,
@@ -163,7 +163,6 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
               "k": k if probe == "knn" else None, "results": rows}
 
     def human(r):
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"{probe} probe of {run_dir}'s target encoder")
@@ -171,6 +170,6 @@ def _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, ra
             table.add_column(col)
         for row in r["results"]:
             table.add_row(str(row["step"]), f"{row['top1']:.4f}", "-" if row["top5"] is None else f"{row['top5']:.4f}")
-        Console().print(table)
+        stdout_console().print(table)
 
     emit(result, as_json, human)

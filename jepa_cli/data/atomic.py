@@ -73,6 +73,41 @@ def check_replaceable(path: str | os.PathLike, kind: str, shown: str | os.PathLi
     if found != kind:
         what = f"holds jepa_kind {found!r}" if isinstance(found, str) else "is not a jepa output (no jepa_kind)"
         raise InputError(f"{shown}: {what}; {advice}")
+    foreign = foreign_entry(path)
+    if foreign is not None:
+        raise InputError(f"{shown}: holds {foreign}, which jepa did not write; --force replaces only what jepa "
+                         "wrote: move that file out first, or choose another output")
+
+def foreign_entry(path: str | os.PathLike) -> Path | None:
+    """The first entry under the zarr v3 hierarchy `path` (a dataset, an embedding set, a mask file)
+    that jepa does not write there, or None. jepa writes only folders of nodes, each with its
+    `zarr.json`, and chunk files under a node's `c/` folder named by decimal chunk indices (zarr v3's
+    default chunk key encoding); a symbolic link is never jepa's."""
+    path = Path(path)
+    for folder, dirs, files in os.walk(path):  # does not follow links: a linked folder is listed, not entered
+        here = Path(folder)
+        chunks = _in_chunk_folder(here.relative_to(path).parts)
+        for name in sorted(dirs + files):
+            entry = here / name
+            if entry.is_symlink():
+                return entry
+            if chunks:
+                written = name.isascii() and name.isdecimal()
+            elif name in dirs:
+                written = name == "c" and (here / "zarr.json").is_file() or (entry / "zarr.json").is_file()
+            else:  # "c": the one chunk of a zero-dimensional array
+                written = name == "zarr.json" or name == "c" and (here / "zarr.json").is_file()
+            if not written:
+                return entry
+    return None
+
+def _in_chunk_folder(parts: tuple[str, ...]) -> bool:
+    """Whether the folder at `parts` (relative to the hierarchy's root) lies in a node's `c/` chunk
+    folder: a `c` followed only by decimal chunk indices."""
+    if "c" not in parts:
+        return False
+    tail = parts[len(parts) - parts[::-1].index("c"):]
+    return all(p.isascii() and p.isdecimal() for p in tail)
 
 def _jepa_kind(path: Path) -> Any:
     """The `jepa_kind` attribute of the directory `path`, or None if it is not a readable zarr group."""
@@ -155,8 +190,7 @@ def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
         return
     except FileExistsError:
         if not force:
-            raise InputError(f"{final}: already exists (another process wrote it while this command ran; "
-                             "use --force to overwrite)") from None
+            raise InputError(f"{final}: already exists (another process wrote it while this command ran)") from None
     trash = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
     try:
         os.rename(final, trash)
@@ -179,11 +213,14 @@ def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
 
-def check_output_file(path: str | os.PathLike, force: bool, magic: bytes, what: str) -> Path:
-    """Refuses a file output that would destroy data; returns the path. An existing path is refused
-    without `force`, and with `force` unless it is a regular file starting with `magic` (a `what`,
-    e.g. "PNG picture"): a user's other file, a directory or a symbolic link is never replaced."""
+def check_output_file(path: str | os.PathLike, force: bool, magic: bytes, what: str,
+                      inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Refuses a file output that would destroy data; returns the path. An output inside one of
+    `inputs` is refused (`check_disjoint`); an existing path is refused without `force`, and with
+    `force` unless it is a regular file starting with `magic` (a `what`, e.g. "PNG picture"): a
+    user's other file, a directory or a symbolic link is never replaced."""
     path = Path(path)
+    check_disjoint(path, inputs)
     check_utf8(path)
     if not path.parent.is_dir():
         raise InputError(f"{path.parent}: output directory does not exist")
@@ -210,14 +247,17 @@ def write_file(path: str | os.PathLike, data: bytes, force: bool, magic: bytes, 
     mark = signal_mark()
     previous = _raise_on_sigterm()
     try:
-        tmp.write_bytes(data)
+        try:
+            tmp.write_bytes(data)
+        except OSError as exc:  # named as the user gave it, not as the hidden temporary file
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise InputError(f"{path}: cannot write a file in {path.parent} ({reason})") from None
         raise_if_signalled_since(mark)
         try:
             rename_no_replace(tmp, path)
         except FileExistsError:
             if not force:
-                raise InputError(f"{path}: already exists (another process wrote it while this command ran; "
-                                 "use --force to overwrite)") from None
+                raise InputError(f"{path}: already exists (another process wrote it while this command ran)") from None
             _check_replaceable_file(path, magic, what)
             os.replace(tmp, path)
         note_completed(path)

@@ -9,12 +9,12 @@ order and returns one name per item; `class_ids` turns names into the int32 labe
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import regex
 
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
@@ -89,6 +89,19 @@ def class_ids(names: list[str] | None) -> tuple[np.ndarray | None, list[str]]:
     return np.asarray([lookup[n] for n in names], np.int32), utf8_text(ordered)
 
 
+def int32_labels(values: np.ndarray, where: str) -> np.ndarray:
+    """Stored labels as int32 class indices; InputError naming `where` for labels that are not
+    integers or do not fit int32 (a cast would wrap them into other classes silently)."""
+    values = np.asarray(values)
+    if values.dtype.kind not in "biu":
+        raise InputError(f"{where}: labels must be integer class indices, got {values.dtype}")
+    info = np.iinfo(np.int32)
+    if values.size and values.dtype.kind != "b" and (values.min() < info.min or values.max() > info.max):
+        raise InputError(f"{where}: labels must fit int32 ([{info.min}, {info.max}]), got min {values.min()}, "
+                         f"max {values.max()}")
+    return values.astype(np.int32)
+
+
 def folder_labels(root: Path, files: list[Path], what: str) -> list[str] | None:
     """The top-level folder of each file, or None when every file lies directly in `root`."""
     nested = [len(f.relative_to(root).parts) > 1 for f in files]
@@ -101,18 +114,27 @@ def folder_labels(root: Path, files: list[Path], what: str) -> list[str] | None:
     return [f.relative_to(root).parts[0] for f in files]
 
 
+REGEX_TIMEOUT_S = 1.0  # a user's regex searching one name: a sane one takes microseconds
+
+
 def regex_names(keys: list[str], pattern: str, flag: str, items: list[Path]) -> list[str]:
     """The name each key gives under `re.search(pattern, key)`: its first named group that took part
     in the match, else its first group that did, else the whole match. A regex that does not compile,
-    matches no key, or leaves a key without a name is an InputError naming `flag` (and an item)."""
+    matches no key, leaves a key without a name, or searches one key longer than REGEX_TIMEOUT_S
+    (catastrophic backtracking) is an InputError naming `flag` (and an item)."""
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex.compile(pattern)
+    except regex.error as exc:
         raise InputError(f"{flag} {pattern!r} is not a valid regular expression ({exc})") from None
-    named = sorted(regex.groupindex.values())
+    named = sorted(compiled.groupindex.values())
     names: list[str | None] = []
     for key in keys:
-        m = regex.search(key)
+        try:
+            m = compiled.search(key, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            raise InputError(utf8_text(f"{flag} {pattern!r} takes more than {REGEX_TIMEOUT_S:g} s on the name "
+                                       f"{key!r} (it backtracks without end); write it without nested "
+                                       "repetition such as (a+)+")) from None
         if m is None:
             names.append(None)
             continue

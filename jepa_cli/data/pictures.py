@@ -23,8 +23,7 @@ def write_strip_png(data: str | Path, png: str | Path, samples: int, force: bool
 
     from jepa_cli.data.preview import preview_images
 
-    atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture")
-    atomic.check_disjoint(png, [data])
+    atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture", [data])
     x = preview_images(str(data), samples)  # uint8 [n, (T,) H, W, 3]
     if x.ndim == 4:
         x = x[:, None]
@@ -66,8 +65,7 @@ def spectrogram_png(dataset: str | Path, png_path: str | Path, samples: int = 4,
                          f"{attrs.get('modality')!r}")
     if samples < 1:
         raise InputError(f"--samples must be positive, got {samples}")
-    atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture")
-    atomic.check_disjoint(png_path, [dataset])
+    atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture", [dataset])
     inputs = store.open_array(dataset / "inputs")
     clips = np.asarray(store.read(inputs, slice(0, min(samples, int(inputs.shape[0])))))
     if clips.dtype == np.int16:

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data.files import read_json
+
 PARTIAL_SUFFIX = ".partial"
 JOB_FILE = "job.json"
 PROGRESS_DIR = "progress"
@@ -40,7 +42,7 @@ def open_partial(tmp: Path, job: dict[str, Any], layout: dict[str, Any], log: Ca
     job_path = tmp / JOB_FILE
     if job_path.exists():
         try:
-            recorded = json.loads(job_path.read_text())
+            recorded = read_json(job_path)
         except ValueError:
             recorded = {}
         if isinstance(recorded, dict) and recorded.get("job") == job:

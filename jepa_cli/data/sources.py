@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data import folders, labels
+from jepa_cli.data.files import check_regular
 from jepa_cli.data.folders import IMAGE_EXTENSIONS
 from jepa_cli.data.labels import Naming
 from jepa_cli.data.store import utf8_text
@@ -218,6 +219,7 @@ def _list_images(folder: Path) -> list[Path]:
 def load_npy(path: Path) -> np.ndarray:
     """A .npy file, memory-mapped; InputError naming the file if it is truncated, not a .npy, or
     holds Python objects (which would need pickle: never loaded)."""
+    check_regular(path)
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, OSError, EOFError, ... for a bad file
@@ -229,6 +231,7 @@ def load_npy(path: Path) -> np.ndarray:
 
 
 def _npz(path: Path, clip: Any = None) -> Source:
+    check_regular(path)
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001
@@ -373,6 +376,7 @@ def load_labels(path_str: str) -> np.ndarray:
     if name.endswith(".npy"):
         labels = load_npy(path)
     elif name.endswith(".txt"):
+        check_regular(path)
         try:
             labels = np.loadtxt(path, dtype=np.int64, ndmin=1)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli import __version__
+from jepa_cli.data.files import check_regular_tree, read_json
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark, signals_deferred
 
 GROUP_METADATA = "zarr.json"
@@ -72,7 +73,7 @@ def read_metadata(path: str | os.PathLike, node_type: str) -> dict[str, Any]:
     if not meta_path.is_file():
         raise InputError(f"{path}: not a zarr v3 {node_type} (no {GROUP_METADATA})")
     try:
-        meta = json.loads(meta_path.read_bytes())
+        meta = read_json(meta_path)
     except (OSError, ValueError) as exc:
         raise InputError(f"{meta_path}: corrupt zarr metadata ({_first_line(exc)}); {REWRITE}") from None
     if not isinstance(meta, dict) or meta.get("node_type") != node_type:
@@ -169,6 +170,7 @@ def open_array(path: str | os.PathLike, write: bool = False):
     path = Path(path)
     if not (path / "zarr.json").exists():
         raise InputError(f"{path}: no zarr array here")
+    check_regular_tree(path)  # a chunk that is a named pipe would hang TensorStore's read
     spec = _spec(path) | {"open": True}
     try:
         return ts.open(spec, read=True, write=write).result()

@@ -5,11 +5,11 @@ JAX loads."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from jepa_cli.data import store
+from jepa_cli.data.files import read_json
 from jepa_cli.errors import InputError
 
 # What each modality's `inputs` array holds per example: (ranks of one example, dtypes, description).
@@ -42,7 +42,7 @@ def check_dataset(path: str | Path) -> dict[str, Any]:
     if not meta_path.exists():
         raise InputError(f"{path}: a dataset needs an 'inputs' array")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path)
         shape, dtype = [int(n) for n in meta["shape"]], meta["data_type"]
     except (OSError, ValueError, TypeError, KeyError):
         raise InputError(f"{meta_path}: damaged array metadata (not zarr v3 JSON with a shape and data_type); "

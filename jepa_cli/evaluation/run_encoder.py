@@ -144,7 +144,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         raise InputError(f"--layers must be one of {', '.join(LAYERS)}, got {layers!r}")
     if pool not in POOLS:
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
-    atomic.check_output(output, force, "dataset", [source])  # fail before loading anything
+    atomic.check_output(output, force, "dataset", [source, run_dir])  # fail before loading anything
     source_attrs = source_attributes(source)  # before loading the run: a wrong input fails at once
     run_dir = Path(run_dir)
     encoder = open_encoder(run_dir, step, weights, log, load_run)

@@ -74,7 +74,9 @@ _LEAVES = {
 
 
 def _pattern(template: str) -> re.Pattern:
-    return re.compile(re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{k\}", r"(?P<k>\d+)") + "$")
+    number = r"(?P<{}>[0-9]+)"  # ASCII digits only: \d would take any script's digits
+    return re.compile(re.escape(template).replace(r"\{i\}", number.format("i")).replace(r"\{k\}", number.format("k"))
+                      + "$")
 
 
 def _join(module: str, leaf: str) -> str:

@@ -106,6 +106,10 @@ class AudioJEPAConfig:
     var_weight: float = option_of(IJEPAConfig, "var_weight", 0.0)
     var_target: float = option_of(IJEPAConfig, "var_target", 1.0)
     cov_weight: float = option_of(IJEPAConfig, "cov_weight", 0.0)
+    sigreg_weight: float = option_of(IJEPAConfig, "sigreg_weight", 0.0)
+    sigreg_slices: int = option_of(IJEPAConfig, "sigreg_slices", 256)
+    sigreg_knots: int = option_of(IJEPAConfig, "sigreg_knots", 17)
+    sigreg_t_max: float = option_of(IJEPAConfig, "sigreg_t_max", 3.0)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -377,7 +381,7 @@ class AudioJEPAObjective(EncoderPredictorObjective):
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         prediction_loss = norm_mse(z, h, m.target_valid)
         pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
-        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config)
+        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config, key)
         aux = {
             "loss": value,
             **regularisers,

@@ -88,7 +88,7 @@ class IJEPAObjective(EncoderPredictorObjective):
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         prediction_loss = masked_token_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss)
         pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
-        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config)
+        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config, key)
         aux = {
             "loss": value,
             **regularisers,

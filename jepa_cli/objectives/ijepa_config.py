@@ -26,8 +26,8 @@ def _tuplify(v):
     return v
 
 
-# The objectives that take the anti-collapse terms (var_weight, var_target, cov_weight): declared once, as
-# IJEPAConfig's fields, and reused by the others with option_of.
+# The objectives that take the anti-collapse terms (var_weight, var_target, cov_weight and the sigreg_*
+# options): declared once, as IJEPAConfig's fields, and reused by the others with option_of.
 JEPA_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa")
 
 
@@ -39,6 +39,13 @@ def check_anticollapse(config) -> None:
             raise InputError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     if config.var_target == 0.0:
         raise InputError(f"var_target must be > 0 (the batch std the variance term asks for), got {config.var_target!r}")
+    if not 0.0 <= config.sigreg_weight <= 1.0:
+        raise InputError(f"sigreg_weight must be in [0, 1], got {config.sigreg_weight!r}")
+    for name, least in (("sigreg_slices", 1), ("sigreg_knots", 2)):  # 2 knots: one trapezoid step
+        if getattr(config, name) < least:
+            raise InputError(f"{name} must be >= {least}, got {getattr(config, name)!r}")
+    if not config.sigreg_t_max > 0.0:
+        raise InputError(f"sigreg_t_max must be > 0, got {config.sigreg_t_max!r}")
 
 
 class EncoderPredictorOptions:
@@ -131,7 +138,8 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     # objective (ijepa configs/in1k_vith14_ep300.yaml, src/train.py)
     loss: str = option("smooth_l1", "Prediction loss: smooth_l1 (official code) | l2 (paper) | l1.", flag=True,
                        choices=LOSSES)
-    ema: tuple[float, float] = option((0.996, 1.0), "Target-encoder EMA momentum ramp START,END over the run.")
+    ema: tuple[float, float] = option((0.996, 1.0), "Target-encoder EMA momentum ramp START,END over the run.",
+                                      flag=True, applies=JEPA_OBJECTIVES, metavar="START,END")
     total_updates: float | None = option(None, "EMA ramp length in updates, steps x ipe_scale unrounded "
                                                "(default: set by the trainer).")
     mean: tuple[float, ...] | None = option(None, "Per-channel normalisation mean (default: ImageNet's for 3 "
@@ -151,6 +159,18 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     cov_weight: float = option(0.0, "Weight of the covariance term: the squared off-diagonal entries of "
                                     "the pooled features' batch covariance, summed, over the width "
                                     "(VICReg); 0: off.", flag=True, applies=JEPA_OBJECTIVES)
+    # SIGReg (LeJEPA, Balestriero & LeCun 2025; objectives/sigreg.py) on the same pooled features, its
+    # weight LeJEPA's lambda in [0, 1]; defaults rbalestr-lab/lejepa lejepa/univariate/epps_pulley.py
+    # (t_max 3, 17 knots) and MINIMAL.md (256 slices)
+    sigreg_weight: float = option(0.0, "Weight of SIGReg (LeJEPA): the Epps-Pulley statistic of the context "
+                                       "encoder's mean-pooled features, projected on random directions, against "
+                                       "a standard normal, in [0, 1]; 0: off.", flag=True, applies=JEPA_OBJECTIVES)
+    sigreg_slices: int = option(256, "SIGReg: random unit directions, drawn anew each update.", flag=True,
+                                applies=JEPA_OBJECTIVES)
+    sigreg_knots: int = option(17, "SIGReg: knots of the trapezoid rule on [0, sigreg_t_max], >= 2.", flag=True,
+                               applies=JEPA_OBJECTIVES)
+    sigreg_t_max: float = option(3.0, "SIGReg: the characteristic functions are compared for |t| up to this, > 0.",
+                                 flag=True, applies=JEPA_OBJECTIVES)
     # 256/224 is the usual Resize(256) + CenterCrop(224)
     eval_resize_ratio: float = option(256 / 224, "Evaluation (encode-latents): resize the short side to "
                                                  "image_size x this, then centre-crop; 1.0 keeps the whole image.")

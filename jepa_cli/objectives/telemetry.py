@@ -5,6 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jepa_cli.objectives.sigreg import sigreg
+
+# SIGReg's directions come from fold_in(the update's key, this), a stream apart from the masks' (the key itself)
+SIGREG_STREAM = 1
+
 
 def repr_std(z):
     """Mean over features of the batch standard deviation (ddof 0); 0 for a collapsed encoder."""
@@ -66,13 +71,14 @@ def masked_mean_pool(x, valid):
     return jnp.sum(x.astype(jnp.float32) * w, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1.0)
 
 
-def with_anticollapse(prediction_loss, pooled, config):
+def with_anticollapse(prediction_loss, pooled, config, key):
     """The loss of a JEPA objective with its anti-collapse terms (`config`'s var_weight, var_target,
-    cov_weight; objectives/ijepa_config.py): prediction_loss + var_weight x variance_hinge(pooled,
-    var_target) + cov_weight x covariance_penalty(pooled), pooled [B, D] the context encoder's pooled
-    features; and the aux entries `var_loss`, `cov_loss` (the terms that are on, unweighted) and
-    `pred_loss`, none when both weights are 0. A weight of 0 is a Python branch: the loss is then the
-    prediction loss itself, bit for bit (the official recipes)."""
+    cov_weight and sigreg_*; objectives/ijepa_config.py): prediction_loss + var_weight x
+    variance_hinge(pooled, var_target) + cov_weight x covariance_penalty(pooled) + sigreg_weight x
+    sigreg(pooled, directions from `key`), pooled [B, D] the context encoder's pooled features, `key`
+    the update's; and the aux entries `var_loss`, `cov_loss`, `sigreg` (the terms that are on,
+    unweighted) and `pred_loss`, none when every weight is 0. A weight of 0 is a Python branch: the
+    loss is then the prediction loss itself, bit for bit (the official recipes)."""
     value, regularisers = prediction_loss, {}
     if config.var_weight:
         regularisers["var_loss"] = variance_hinge(pooled, config.var_target)
@@ -80,6 +86,10 @@ def with_anticollapse(prediction_loss, pooled, config):
     if config.cov_weight:
         regularisers["cov_loss"] = covariance_penalty(pooled)
         value = value + config.cov_weight * regularisers["cov_loss"]
+    if config.sigreg_weight:
+        regularisers["sigreg"] = sigreg(pooled, jax.random.fold_in(key, SIGREG_STREAM), config.sigreg_slices,
+                                        config.sigreg_knots, config.sigreg_t_max)
+        value = value + config.sigreg_weight * regularisers["sigreg"]
     if regularisers:
         regularisers["pred_loss"] = prediction_loss
     return value, regularisers

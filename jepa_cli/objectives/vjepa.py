@@ -52,6 +52,10 @@ class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     var_weight: float = option_of(IJEPAConfig, "var_weight", 0.0)
     var_target: float = option_of(IJEPAConfig, "var_target", 1.0)
     cov_weight: float = option_of(IJEPAConfig, "cov_weight", 0.0)
+    sigreg_weight: float = option_of(IJEPAConfig, "sigreg_weight", 0.0)
+    sigreg_slices: int = option_of(IJEPAConfig, "sigreg_slices", 256)
+    sigreg_knots: int = option_of(IJEPAConfig, "sigreg_knots", 17)
+    sigreg_t_max: float = option_of(IJEPAConfig, "sigreg_t_max", 3.0)
 
     def __post_init__(self):
         self._normalise_and_check()
@@ -136,7 +140,7 @@ class VJEPAObjective(EncoderPredictorObjective):
         z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
         prediction_loss = l1_pair_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss_exp)
         pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
-        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config)
+        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config, key)
         aux = {
             "loss": value,
             **regularisers,

@@ -66,7 +66,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     has samples drawn); `on_progress(samples)` after each batch drawn."""
     log = on_log or (lambda message: None)
     mark = signal_mark()
-    from jepa_cli.sampling.sampler import SAMPLERS, check_interval, sampling_batch_size
+    from jepa_cli.sampling.sampler import SAMPLERS, check_interval, check_interval_guides, sampling_batch_size
     from jepa_cli.training.run import load_run, params_sha256, read_run
 
     run_dir = Path(run_dir)
@@ -82,10 +82,10 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
     output = atomic.check_output(output, force, "dataset", [run_dir])
     if png is not None:
-        png = atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture")
+        png = Path(png)
         if output.resolve() in (png.resolve(), *png.resolve().parents):  # moving the output in would clash
             raise InputError(f"{png}: --png is or lies in the -o output {output}; give the picture a path of its own")
-        atomic.check_disjoint(png, [run_dir])
+        png = atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture", [run_dir])
     record = read_run(run_dir)
     name = (record.get("config") or {}).get("objective")
     from jepa_cli.objectives import OBJECTIVES
@@ -109,6 +109,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     from jepa_cli.sampling.sampler import make_sampler
 
     make_sampler(objective, steps=steps, sampler=sampler, eta=eta)  # refuses a sampler the schedule lacks
+    check_interval_guides(objective, steps, sampler, guidance_scale, guidance_interval)
     if png is not None and objective.config.modality != "image":
         raise InputError("--png draws image samples; this run samples latents")
     params = host["ema"] if weights == "ema" else host["params"]

@@ -85,6 +85,24 @@ def check_interval(objective, interval) -> tuple[float, float]:
     return lo, hi
 
 
+def check_interval_guides(objective, steps: int, sampler: str, scale: float, interval) -> None:
+    """InputError when a guidance scale other than 1 is given with an interval that holds none of the
+    noise levels the sampler evaluates at `steps` steps: the samples would be the unguided ones, while
+    the dataset's attributes record the scale."""
+    if interval is None or scale == 1.0 or any(g1 or g2 for *_, g1, g2, _ in guidance_plan(
+            objective, steps, sampler, scale, interval)):
+        return
+    lo, hi = check_interval(objective, interval)
+    levels = np.asarray(objective.guidance_levels(steps), np.float64).astype(np.float32)
+    below, above = levels[levels <= np.float32(lo)], levels[levels > np.float32(hi)]
+    nearest = " and ".join(f"{v:g}" for v in (above.min() if above.size else None,
+                                              below.max() if below.size else None) if v is not None)
+    what = "t" if objective.guidance_range()[1] == 1.0 else "sigma"
+    raise InputError(f"--guidance-interval {lo:g},{hi:g} = ({lo:g}, {hi:g}] holds none of the {what} levels of "
+                     f"--steps {steps} (the nearest: {nearest}), so --guidance-scale {scale:g} would change "
+                     "nothing; widen the interval or give more --steps")
+
+
 def guidance_plan(objective, steps: int, sampler: str, scale: float, interval) -> list[tuple[int, int, bool, bool, bool]]:
     """The trajectory as contiguous runs of steps that share their static choices:
     (first step, end step, guide the step's evaluation, guide Heun's second evaluation, Heun's

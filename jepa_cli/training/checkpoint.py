@@ -25,7 +25,9 @@ from typing import Any, Callable
 
 import jax
 
+from jepa_cli.data.files import read_json
 from jepa_cli.errors import InputError
+from jepa_cli.training.run import is_step_name
 from jepa_cli.training.abandoned_reads import settle_abandoned_reads_at_exit, silence_abandoned_reads
 
 ITEMS = ("state", "data", "config", "versions")
@@ -56,13 +58,26 @@ def package_versions() -> dict[str, str]:
 def _register_array_handler() -> None:
     """jax.Array's orbax handler with REPLICA_PARALLEL_MIN_SLICE_BYTES, else as orbax registers it
     (with its per-array metadata store, which writes state/array_metadatas). Once per process, so a
-    handler is never swapped under a save in flight."""
+    handler is never swapped under a save in flight. Orbax logs the override as an absl warning
+    ("Type handler registry type ... overriding"), which would precede every error of the first
+    load and show in a notebook: that record alone is dropped, while the override runs."""
+    import logging
+
     import orbax.checkpoint as ocp
+
+    class _OwnOverride(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not str(record.msg).startswith("Type handler registry type")
 
     store = getattr(ocp.type_handlers.get_type_handler(jax.Array), "_array_metadata_store", None)
     handler = ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_SLICE_BYTES,
                                              array_metadata_store=store)
-    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+    absl_logger, quiet = logging.getLogger("absl"), _OwnOverride()
+    absl_logger.addFilter(quiet)
+    try:
+        ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+    finally:
+        absl_logger.removeFilter(quiet)
 
 
 class UnreadableCheckpoint(InputError):
@@ -122,12 +137,12 @@ def digest_problem(step_dir: str | Path) -> str | None:
     step_dir = Path(step_dir)
     path = step_dir / DIGEST_FILE
     try:
-        record = json.loads(path.read_text())
+        record = read_json(path)
     except FileNotFoundError:
         if not step_dir.is_dir():
             raise
         return None
-    except (ValueError, UnicodeDecodeError, OSError):
+    except (ValueError, OSError):
         record = None
     files = record.get("files") if isinstance(record, dict) and record.get("algorithm") == "sha256" else None
     if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
@@ -239,7 +254,7 @@ class Checkpoints:
 
     def _newest_on_disk(self) -> int | None:
         """The newest committed step in the directory now (orbax's listing is read once, at start)."""
-        steps = ([int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and p.is_dir()]
+        steps = ([int(p.name) for p in self.directory.iterdir() if is_step_name(p.name) and p.is_dir()]
                  if self.directory.is_dir() else [])
         return max(steps, default=None)
 

@@ -31,6 +31,12 @@ def run_labels(runs: list[str | Path]) -> list[str]:
     return labels
 
 
+def legend_text(label: str) -> str:
+    """A label as matplotlib must be given it to draw it as written: every `$` escaped, so that no part
+    of it is read as mathtext (`$\\frac{$` would be a parse error)."""
+    return label.replace("$", r"\$")
+
+
 def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ...] | None = None,
               force: bool = False, labels: list[str] | None = None) -> dict[str, Any]:
     """One panel per metric against the update step, every run overlaid, written atomically to
@@ -48,8 +54,7 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     if labels is not None and len(labels) != len(runs):
         raise InputError(f"--label given {len(labels)} time(s) for {len(runs)} run(s): one per run, in order")
     labels = list(labels) if labels is not None else run_labels(runs)
-    atomic.check_output_file(output, force, atomic.PNG_MAGIC, "PNG picture")
-    atomic.check_disjoint(output, runs)  # a run holds only what `jepa train` wrote there
+    atomic.check_output_file(output, force, atomic.PNG_MAGIC, "PNG picture", runs)  # a run holds only what jepa wrote
     series: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # run -> (label, rows); a run given twice is drawn once
     for run, label in zip(runs, labels):
         read_run(run)  # a folder that is not a run is refused by name
@@ -81,7 +86,7 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
                       if isinstance(row.get(metric), (int, float)) and math.isfinite(row[metric])]
             if points:
                 steps, values = zip(*points)
-                panel.plot(steps, values, label=label, linewidth=1.2)
+                panel.plot(steps, values, label=legend_text(label), linewidth=1.2)
                 if metric in LOG_SCALE and min(values) > 0:
                     panel.set_yscale("log")
         panel.set_title(metric, fontsize=10)
@@ -90,7 +95,8 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
         panel.grid(alpha=0.3)
     for panel in list(axes.flat)[len(metrics):]:
         panel.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    lines = axes.flat[0].get_lines()  # given explicitly: matplotlib leaves out labels that start with `_`
+    axes.flat[0].legend(lines, [line.get_label() for line in lines], fontsize=7)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: same bytes on rerun

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from jepa_cli.data import store
+from jepa_cli.data.files import check_regular_tree, read_json
 from jepa_cli.errors import InputError
 
 IN_MEMORY_BYTES = 256 << 20  # datasets up to this size are read into memory once
@@ -57,7 +58,7 @@ class ZarrSource:
         self._array = None
         self._labels = None
         self._opening = threading.Lock()
-        meta = json.loads((self.path / "inputs" / "zarr.json").read_text())
+        meta = read_json(self.path / "inputs" / "zarr.json")
         self._shape = tuple(meta["shape"])
         self._itemsize = np.dtype(meta["data_type"]).itemsize
 
@@ -84,6 +85,7 @@ class ZarrSource:
             return store.read_array(self.path / "inputs")
         import tensorstore as ts
 
+        check_regular_tree(self.path / "inputs")  # a chunk that is a named pipe would hang the read
         spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((self.path / "inputs").resolve())},
                 "context": {"cache_pool": {"total_bytes_limit": 256 << 20}}, "recheck_cached_data": False}
         return ts.open(spec, read=True).result()

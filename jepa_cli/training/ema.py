@@ -63,3 +63,60 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
     if at is not None:
         out["at"] = {"step": int(at), "momentum": float(momentum(int(at)))}
     return out
+
+
+KEPT_WARNING = 0.5  # a target encoder that keeps more of its initialisation than this hardly learned
+KEPT_SUGGESTED = 0.1  # what the suggested START brings the weight kept to, at most
+
+
+def kept_weight(momentum: Callable[[Any], Any], steps: int, stop_below: float = 0.0) -> float:
+    """prod_{t < steps} momentum(t): the weight the EMA's initial value keeps in it after `steps`
+    updates (each sets ema = m ema + (1 - m) params). Summed as logs in float64 of the float32 momenta
+    the updates use, in chunks; it stops once the product is under `stop_below` (then it returns a
+    value under it, not the exact product)."""
+    import jax.numpy as jnp
+
+    log_kept, chunk = 0.0, 1 << 16
+    for start in range(0, steps, chunk):
+        m = np.asarray(momentum(jnp.arange(start, min(steps, start + chunk))), np.float64)
+        if np.any(m <= 0):
+            return 0.0
+        log_kept += float(np.sum(np.log(m)))
+        if stop_below > 0 and log_kept < math.log(stop_below):
+            break
+    return math.exp(log_kept)
+
+
+def ema_warning(objective: Any, steps: int) -> str | None:
+    """The warning for a run whose target encoder cannot move far from its random initialisation: the
+    EMA momenta the run will use (the objective's EMASpec over its `steps` updates) leave it more than
+    KEPT_WARNING of its initial value (kept_weight), as a 100-update run of a ramp from 0.996 does. It
+    suggests an `--ema START,END` of the same END whose START (a multiple of 0.001) brings the weight
+    kept to KEPT_SUGGESTED or less. None for a run that moves it, one of no update, and an objective
+    whose EMA is not a target encoder with an `ema` range."""
+    spec = getattr(objective, "ema_spec", None)
+    config = getattr(objective, "config", None)
+    if steps <= 0 or spec is None or spec.source is None or not hasattr(config, "ema"):
+        return None
+    kept = kept_weight(spec.momentum, steps)
+    if kept <= KEPT_WARNING:
+        return None
+    import dataclasses
+
+    start, end = config.ema
+
+    def kept_from(start_: float) -> float:
+        other = type(objective)(dataclasses.replace(config, ema=(start_, end)))
+        return kept_weight(other.ema_spec.momentum, steps, stop_below=KEPT_SUGGESTED / 2)
+
+    suggested = math.floor(min(start, end) * 1000)
+    lo, hi = 0, suggested  # in thousandths: START lo keeps KEPT_SUGGESTED or less, START hi more
+    if kept_from(0.0) > KEPT_SUGGESTED:
+        suggestion = "train longer"
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if kept_from(mid / 1000) <= KEPT_SUGGESTED else (lo, mid)
+        suggestion = f"set --ema {lo / 1000:g},{end:g} (or train longer)"
+    return (f"the target encoder keeps {kept:.2f} of its random initialisation over the run's {steps} updates "
+            f"(EMA momentum {start:g} -> {end:g}): it will probe much like an untrained encoder; {suggestion}")

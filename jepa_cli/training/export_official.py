@@ -107,6 +107,11 @@ def _check_official(run_dir: Path, name: str, objective: Any) -> Any:
         raise InputError(f"{run_dir}: its LayerNorm epsilon (norm_eps) is {model.norm_eps:g}, the official "
                          f"{layout.title} model's is {layout.norm_eps:g}: the official model would not give its "
                          "features")
+    spec_norm = getattr(objective.config, "spec_norm", "none")
+    if spec_norm != "none":
+        raise InputError(f"{run_dir}: its log-mel input is normalised (spec_norm {spec_norm!r}); the official "
+                         f"{layout.title} front end does not normalise it: the official model would not give its "
+                         "features")
     if getattr(objective.config, "rectangular", False):
         pt, pm = objective.config.patch_shape
         raise InputError(f"{run_dir}: its patches are {pt} frames x {pm} mel bins; the official {layout.title} "
@@ -130,7 +135,7 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
         raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if os.path.lexists(output):  # before loading anything
         raise InputError(f"{output}: already exists (export never replaces a file: remove it or choose another name)")
-    check_output_file(output, False, b"", "checkpoint")
+    check_output_file(output, False, b"", "checkpoint", [run_dir])  # a file inside RUN goes with its checkpoint
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")

@@ -21,10 +21,14 @@ files before the run is moved into place. Shapes are checked before any tensor's
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import threading
+import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -190,11 +194,23 @@ def _shape(part: Mapping[str, Any], name: str, source: Path, what: str, ndim: in
     return shape
 
 
-def _depth(part: Mapping[str, Any], prefix: str) -> int:
-    """How many blocks `prefix{i}.` the state dict numbers (0..n-1 expected; gaps fail the shape check)."""
-    found = {int(name[len(prefix):].split(".")[0]) for name in part
-             if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
-    return max(found) + 1 if found else 0
+def _depth(part: Mapping[str, Any], prefix: str, source: Path, what: str) -> int:
+    """How many blocks `prefix{i}.` the state dict numbers: InputError, naming the key, unless they are
+    numbered 0..n-1 in ASCII digits (a stray `blocks.999999999.` would build a billion-block model)."""
+    found: dict[int, str] = {}
+    for name in part:
+        if name.startswith(prefix):
+            number = name[len(prefix):].split(".")[0]
+            if not (number.isascii() and number.isdigit() and str(int(number)) == number):
+                raise InputError(f"{source}: the {what}'s {name} is not numbered like a block "
+                                 f"({prefix}0., {prefix}1., ...)")
+            found.setdefault(int(number), name)
+    n = len(found)
+    if n and max(found) != n - 1:
+        missing = next(i for i in range(n) if i not in found)
+        raise InputError(f"{source}: the {what} has {found[max(found)]} but no {prefix}{missing}. (block numbers "
+                         "run from 0 without a gap)")
+    return n
 
 
 def _heads(releases: dict, width: int, depth: int, given: dict, title: str, source: Path) -> dict[str, Any]:
@@ -221,9 +237,12 @@ def infer_vjepa_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
     width, channels, tubelet, patch, patch_w = _shape(enc, "patch_embed.proj.weight", source, "encoder", 5)
     if patch != patch_w:
         raise InputError(f"{source}: patches of {patch}x{patch_w} pixels; the ViT here takes square patches")
-    depth = _depth(enc, "blocks.")
+    depth = _depth(enc, "blocks.", source, "encoder")
     fields = _heads(VJEPA_RELEASES, width, depth, given, "V-JEPA", source)
-    n = _shape(enc, "pos_embed", source, "encoder")[-2] if "pos_embed" in enc else None
+    n = _shape(enc, "pos_embed", source, "encoder", 3)[-2] if "pos_embed" in enc else None
+    if "num_frames" not in given and fields["model"] == "tiny":
+        raise InputError(f"{source}: the frames per clip of an encoder of another size than the releases cannot be "
+                         "read from its shapes; give --num-frames")
     frames = int(given.get("num_frames", VJEPA_FRAMES))
     if "image_size" in given:
         image = int(given["image_size"])
@@ -242,7 +261,8 @@ def infer_vjepa_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
                          "give --heads to import it as another size")
     pred_width, _ = _shape(pred, "predictor_embed.weight", source, "predictor", 2)
     config = {**fields, "patch_size": patch, "image_size": image, "num_frames": frames, "tubelet_size": tubelet,
-              "channels": channels, "pred_width": pred_width, "pred_depth": _depth(pred, "predictor_blocks."),
+              "channels": channels, "pred_width": pred_width,
+              "pred_depth": _depth(pred, "predictor_blocks.", source, "predictor"),
               "pred_heads": given.get("pred_heads")}
     return {k: v for k, v in config.items() if v is not None}
 
@@ -261,16 +281,20 @@ def infer_audio_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
                          "spectrograms (an image model? try --objective ijepa)")
     if pt != pf:
         raise InputError(f"{source}: patches of {pt} frames x {pf} mel bins; the import takes square patches only")
-    depth = _depth(enc, "blocks.")
+    depth = _depth(enc, "blocks.", source, "encoder")
     fields = _heads(AUDIO_RELEASES, width, depth, given, "Audio-JEPA", source)
+    if "mel_bins" not in given and fields["model"] == "tiny":
+        raise InputError(f"{source}: the mel bins of an encoder of another size than the release cannot be read "
+                         "from its shapes; give --mel-bins")
     mel = int(given.get("mel_bins", AUDIO_MEL_BINS))
-    n = _shape(enc, "pos_embed", source, "encoder")[-2]
+    n = _shape(enc, "pos_embed", source, "encoder", 3)[-2]
     if mel % pt or n % (mel // pt):
         raise InputError(f"{source}: {n} position embeddings are not a grid of {mel} mel bins in patches of {pt}; "
                          "give --mel-bins")
     pred_width, _ = _shape(pred, "predictor_embed.weight", source, "predictor", 2)
     config = {**fields, "patch_size": pt, "mel_bins": mel, "frames": n // (mel // pt) * pt, "pred_width": pred_width,
-              "pred_depth": _depth(pred, "predictor_blocks."), "pred_heads": given.get("pred_heads")}
+              "pred_depth": _depth(pred, "predictor_blocks.", source, "predictor"),
+              "pred_heads": given.get("pred_heads")}
     return {k: v for k, v in config.items() if v is not None}
 
 
@@ -292,6 +316,24 @@ def _check_shapes(ours: Any, want: Any, source: Path, what: str) -> None:
                          "check --model and the predictor options)")
 
 
+def _check_positions(shapes: Mapping[str, Mapping[str, Any]], model: Any, source: Path, family: str) -> None:
+    """InputError when a position table the file holds is not the chosen model's (an --image-size,
+    --patch-size, --num-frames or --mel-bins that contradicts the file's grid)."""
+    grid = tuple(getattr(model, "grid3d", model.grid))  # V-JEPA: (frames / tubelet, rows, columns)
+    options = {"ijepa": "--image-size and --patch-size", "vjepa": "--image-size and --num-frames",
+               "audio-jepa": "--mel-bins"}[family]
+    tables = (("encoder", "pos_embed", model.embed_dim), ("target_encoder", "pos_embed", model.embed_dim),
+              ("predictor", "predictor_pos_embed", model.pred_width))
+    for part, table, width in tables:
+        if table in shapes[part]:
+            have = tuple(shapes[part][table].shape)
+            need = (1, math.prod(grid), width)
+            if have != need:
+                raise InputError(f"{source}: the {part.replace('_', ' ')}'s {table} is {list(have)}, the chosen "
+                                 f"model's {'x'.join(map(str, grid))} grid of tokens needs {list(need)} "
+                                 f"(check {options})")
+
+
 def _check_written(step_dir: Path, out: str | Path) -> None:
     """The checkpoint just written has its digest and its files match it (a disk that lost or changed
     bytes on the way is caught before the run is moved into place)."""
@@ -301,6 +343,40 @@ def _check_written(step_dir: Path, out: str | Path) -> None:
     problem = digest_problem(step_dir) if (step_dir / DIGEST_FILE).is_file() else f"no {DIGEST_FILE} was written"
     if problem is not None:
         raise JepaError(f"{out}: the imported checkpoint does not read back as written ({problem}); nothing written")
+
+
+def _listing(directory: Path) -> list[tuple[str, int]]:
+    """Every file under `directory` with its size (what a writer still at work there changes)."""
+    out = []
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):
+                out.append((os.path.join(root, name), os.path.getsize(os.path.join(root, name))))
+    return sorted(out)
+
+
+@contextlib.contextmanager
+def _settled_on_failure(directory: Path) -> Iterator[None]:
+    """On an exception in the block, waits for the writes still running into `directory` before
+    raising it: a failed orbax save (a full disk) leaves its other writes going, in threads it started
+    and in TensorStore's, and one of them would otherwise recreate the directory once the failure
+    has removed it. They are waited for until nothing under `directory` changes (30 s at most)."""
+    started = set(threading.enumerate())
+    try:
+        yield
+    except BaseException:
+        deadline = time.monotonic() + 30
+        for thread in set(threading.enumerate()) - started:
+            with contextlib.suppress(Exception):  # orbax's threads raise their own failure from join
+                thread.join(max(0.0, deadline - time.monotonic()))
+        before = _listing(directory)
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = _listing(directory)
+            if now == before:
+                break
+            before = now
+        raise
 
 
 def _step(checkpoint: Mapping, family: Family, options: ImportOptions, source: Path) -> tuple[int, int, int]:
@@ -350,11 +426,16 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     from jepa_cli.data.atomic import atomic_directory
     from jepa_cli.models.convert import from_official
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
+    from jepa_cli.errors import storage_failure
+    from jepa_cli.training.abandoned_reads import silence_abandoned_reads
     from jepa_cli.training.checkpoint import Checkpoints, sha256_of
     from jepa_cli.training.run import build_optimizer, make_objective, objective_config_of, write_run
     from jepa_cli.training.state import TrainState
 
     source = Path(source)
+    if os.path.lexists(out):  # before reading anything
+        raise InputError(f"{out}: already exists (import-checkpoint never replaces a path: remove it or choose "
+                         "another name)")
     # shapes first (no tensor read): the family, the model and every shape are checked before the bytes
     layout = read_torch_checkpoint(source, keys=(), inert=True)
     detected = detect_family(layout, source)
@@ -365,9 +446,13 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     # zero-stride stand-ins of each tensor's shape: converted and checked without allocating it
     shapes = {k: {name: np.broadcast_to(np.float32(0), ref.shape) for name, ref in part.items()}
               for k, part in official_parts(layout, source, detected).items()}
+    try:  # every name checked against the official model's before its size is read from them
+        convert = {k: from_official(shapes[k], predictor=k == "predictor", family=detected) for k in PARTS}
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
     given = dict(options.objective_config)
-    if detected == "ijepa":
-        model = given
+    if detected == "ijepa":  # the model is the options', its input channels the patch embedding's [D, C, p, p]
+        model = {**given, "channels": _shape(shapes["encoder"], "patch_embed.proj.weight", source, "encoder", 4)[1]}
     elif detected == "vjepa":
         model = infer_vjepa_config(shapes, source, given)
     else:
@@ -380,10 +465,10 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     cfg.objective_config = objective_config_of(objective_, config)
 
     want = objective_.param_shapes()
-    convert = {k: from_official(shapes[k], predictor=k == "predictor", family=detected) for k in PARTS}
     _check_shapes(convert["encoder"], want["encoder"], source, "encoder")
     _check_shapes(convert["predictor"], want["predictor"], source, "predictor")
     _check_shapes(convert["target_encoder"], want["encoder"], source, "target encoder")
+    _check_positions(shapes, objective_.model_config, source, detected)
 
     checkpoint = read_torch_checkpoint(source, keys=("state_dict",) if detected == "audio-jepa" else PARTS,
                                        inert=detected == "audio-jepa")
@@ -405,16 +490,28 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
               "status": "imported",
               "imported": {"source": source.name, "sha256": digest, "epoch": epoch, "ipe": ipe,
                            "format": family.format}}
-    with atomic_directory(out, force=False, kind="run", inputs=[source], log=log) as tmp:
-        record["config"]["out"] = str(out)
-        ckpts = Checkpoints(tmp, keep=None, async_save=False)
-        try:
-            ckpts.save(step, state.as_dict(), {}, {**record["config"], "lengths": lengths})
-            ckpts.wait()
-        finally:
-            ckpts.close()
-        _check_written(tmp / "checkpoints" / str(step), out)
-        write_run(tmp, record)
+    # A failed write (a full disk) leaves orbax's other writes in flight, each printing a traceback
+    # from its thread: dropped, the error's one line says it all
+    silence_abandoned_reads()
+    try:
+        with atomic_directory(out, force=False, kind="run", inputs=[source], log=log) as tmp:
+            record["config"]["out"] = str(out)
+            with _settled_on_failure(tmp):
+                ckpts = Checkpoints(tmp, keep=None, async_save=False)
+                try:
+                    ckpts.save(step, state.as_dict(), {}, {**record["config"], "lengths": lengths})
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the save's own failure is the one to report
+                        ckpts.close()
+                    raise
+                ckpts.close()
+                _check_written(tmp / "checkpoints" / str(step), out)
+                write_run(tmp, record)
+    except Exception as exc:
+        failure = storage_failure(exc)
+        if failure is None:
+            raise
+        raise InputError(f"{out}: {failure.rsplit(': ', 1)[-1]} while writing it; nothing written") from None
     count = lambda tree: int(sum(np.size(v) for v in jax.tree.leaves(tree)))  # noqa: E731
     return {"run": str(out), "objective": detected, "step": step, "epoch": epoch, "source": str(source),
             "sha256": digest, "encoder_params": count(params["encoder"]),

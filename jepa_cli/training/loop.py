@@ -131,7 +131,7 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
         cb = Callbacks()
     plan = make_plan(config, objective, resume, force, allow_new_data, make_probe)
     created = main and not plan.out.exists()
-    lock, mode = lock_run(plan.out, main, plan.mode, resume, force)
+    lock, mode = lock_run(plan.out, main, plan.mode, resume, force, plan.seen)
     try:
         return _train_locked(config, plan, mode, cb, main)
     finally:
@@ -237,9 +237,12 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
     loader = DataLoader(config.data, plan.transform, config.batch_size, config.seed, plan.batch_sh,
                         num_threads=config.num_threads, with_labels=uses_labels(plan.objective))
     loader.set_state(data_state)
-    warning = warmup_warning(lengths)  # told as training starts: a refusal before it stays one line
-    if warning:
-        cb.on_warning(warning)
+    from jepa_cli.training.ema import ema_warning
+
+    # told as training starts: a refusal before them stays one line
+    for warning in (warmup_warning(lengths), ema_warning(plan.objective, lengths["steps"])):
+        if warning:
+            cb.on_warning(warning)
     cb.on_start({"run": str(out), "start_step": held.step, "steps": lengths["steps"], "mesh": dict(plan.mesh.shape),
                  "devices": len(jax.devices()), "processes": jax.process_count(), **lengths})
     stop = _StopFlag()

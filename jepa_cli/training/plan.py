@@ -37,6 +37,7 @@ class Plan:
     record: dict[str, Any]  # run.json
     probe: Callable | None = None  # the caller's probe of a TrainState when --probe-every is set
     new_data: bool = False  # resumed on another dataset (--allow-new-data): read it from its beginning
+    seen: tuple[int, int, int] | None = None  # RUN's run.json as checked (run.run_identity)
 
 
 def _trace_step(step_fn: Callable, abstract: Any, state_sh: Any, batch_spec: dict[str, Any], objective: str) -> None:
@@ -131,7 +132,9 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     from jepa_cli.training import mesh as mesh_lib
     from jepa_cli.data.trainable import check_dataset, check_modality
     from jepa_cli.training.data import abstract_batch
-    from jepa_cli.training.run import abstract_state, build_optimizer, read_run, require_tensorboard, require_wandb
+    from jepa_cli.data.files import check_regular
+    from jepa_cli.training.run import (METRICS_FILE, abstract_state, build_optimizer, read_run, require_tensorboard,
+                                       require_wandb, run_identity)
     from jepa_cli.training.step import jit_step, make_step_fn
 
     if config.tensorboard:
@@ -158,10 +161,12 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     mesh = mesh_lib.make_mesh(config.mesh)
     mesh_lib.check_batch(config.batch_size, mesh, config.grad_accum)
     mode = check_run_dir(out, resume, force)
+    seen = run_identity(out)
     dataset = {**{k: v for k, v in ds.items() if k != "attrs"}, **_dataset_identity(config.data)}
     new_data = False
     if mode == "resume":
         stored_record = read_run(out)
+        check_regular(out / METRICS_FILE)  # before anything in RUN is written: it is cut back at the start
         stored = stored_record.get("config", {})
         if stored.get("objective") != config.objective:
             raise InputError(f"{out}: holds a {stored.get('objective')!r} run, not {config.objective!r}")
@@ -182,7 +187,7 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
               "status": "running"}
     return Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
                  state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record,
-                 probe=probe, new_data=new_data)
+                 probe=probe, new_data=new_data, seen=seen)
 
 
 def _train_transform(config: TrainConfig, objective) -> tuple[Callable, Callable | None]:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data.files import DamagedFile, read_json, read_jsonl
 from jepa_cli.errors import InputError
 
 RUN_FILE = "run.json"
@@ -43,8 +44,7 @@ class RunLock:
             except BlockingIOError:
                 holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
                 os.close(fd)
-                raise InputError(f"{self.run_dir}: another process (pid {holder}) is training in this run; "
-                                 "wait for it to finish or stop it") from None
+                raise busy_run(self.run_dir, holder) from None
             # The previous holder unlinks the file before it lets go (release), so the file we locked
             # may be gone: then lock the one that is there now.
             try:
@@ -57,6 +57,25 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+
+    @staticmethod
+    def holder(run_dir: str | Path) -> str | None:
+        """The pid (as RUN/.lock records it) of a live process holding RUN's lock, or None when no
+        process holds it (or the file system cannot lock). Looks without waiting and without
+        creating anything."""
+        try:
+            fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        except OSError:
+            return None
+        finally:
+            os.close(fd)  # also drops the shared lock just taken
+        return None
 
     def release(self) -> None:
         """Removes RUN/.lock, then unlocks (in this order: see acquire)."""
@@ -74,12 +93,34 @@ class RunLock:
         self.release()
 
 
+def busy_run(run_dir: str | Path, holder: str) -> InputError:
+    """The refusal of a command that would write RUN while process `holder` trains in it."""
+    return InputError(f"{run_dir}: another process (pid {holder}) is training in this run; wait for it to finish "
+                      "or stop it")
+
+
+def run_identity(run_dir: str | Path) -> tuple[int, int, int] | None:
+    """Which run.json RUN holds now: (inode, mtime ns, size), changed by every write of it (write_run
+    replaces the file); None without one. Tells a run another process wrote since a first look."""
+    try:
+        info = os.stat(Path(run_dir) / RUN_FILE)
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
+def is_step_name(name: str) -> bool:
+    """Whether a checkpoint folder's `name` is a step: ASCII decimal digits only ('²' is a digit to
+    str.isdigit, yet no int)."""
+    return name.isascii() and name.isdecimal()
+
+
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """The steps of RUN's complete checkpoints (orbax's temporary directories are not steps)."""
     ckpt_dir = Path(run_dir) / "checkpoints"
     if not ckpt_dir.is_dir():
         return []
-    return sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir())
+    return sorted(int(p.name) for p in ckpt_dir.iterdir() if is_step_name(p.name) and p.is_dir())
 
 
 def make_objective(name: str, objective_config: dict[str, Any], total_updates: float | None = None):
@@ -127,13 +168,14 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / RUN_FILE
     if not path.exists():
         raise InputError(f"{run_dir}: not a training run (no {RUN_FILE})")
+    why = ""
     try:
-        record = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
-        record = None
+        record = read_json(path)
+    except DamagedFile as exc:
+        record, why = None, f"{exc.reason}; "
     if not (isinstance(record, dict) and isinstance(record.get("config"), dict)
             and isinstance(record.get("lengths"), dict)):
-        raise InputError(f"{path}: damaged (not the JSON object with 'config' and 'lengths' that jepa train "
+        raise InputError(f"{path}: damaged ({why}not the JSON object with 'config' and 'lengths' that jepa train "
                          "writes); each checkpoint keeps a copy in checkpoints/<step>/config/")
     return {**record, "config": saved_config(record["config"])}
 
@@ -320,18 +362,16 @@ def tensorboard_writer(directory: str):
 
 
 def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str, Any]]:
+    """The rows of RUN/metrics.jsonl (the `last` lines of it when given); a line that is not a row
+    (cut short by a kill, not UTF-8 JSON, without an integer step) is skipped, as on resume."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    lines = path.read_text().splitlines()
+    lines = read_jsonl(path)
     if last is not None:
         lines = lines[-last:]
     out = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:  # a line cut short by a kill
-            continue
+    for _line, row in lines:
         if isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool):
             out.append(row)  # anything else is not a row this trainer wrote
     return out

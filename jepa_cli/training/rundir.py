@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
@@ -15,33 +14,60 @@ from typing import Any
 
 import numpy as np
 
+from jepa_cli.data.files import read_jsonl
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import TrainConfig
-from jepa_cli.training.run import LOCK_FILE, METRICS_FILE, RUN_FILE, RunLock, checkpoint_steps, write_run
+from jepa_cli.training.run import (LOCK_FILE, METRICS_FILE, RUN_FILE, RunLock, busy_run, checkpoint_steps,
+                                   run_identity, write_run)
 
 
-def check_run_dir(out: Path, resume: bool, force: bool) -> str:
+def check_run_dir(out: Path, resume: bool, force: bool, locked: bool = False) -> str:
     """'new', 'resume' or 'force'; refuses to write into an existing RUN otherwise.
 
     A run with no complete checkpoint (stopped by a crash or an error before its first save) holds
-    nothing to resume or to lose: it is 'new' and is overwritten without --force."""
+    nothing to resume or to lose: it is 'new' and is overwritten without --force. A run a live
+    process trains in is refused whatever the flags; so is a symbolic link, unless resumed (a new
+    or replaced run is never written through a link into the folder it names). `locked`: this
+    process holds RUN's lock itself."""
+    if out.is_symlink() and not resume:
+        raise InputError(f"{out}: is a symbolic link; give the folder it points to as --out, or another --out")
     if not out.exists():
         if not out.parent.exists():
             raise InputError(f"{out.parent}: output directory does not exist")
         return "new"
     if not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
+    holder = None if locked else RunLock.holder(out)
+    if holder is not None:
+        raise busy_run(out, holder)
     if not any(p.name != LOCK_FILE for p in out.iterdir()):
         return "new"
     if not (out / RUN_FILE).exists():
         raise InputError(f"{out}: exists and is not a training run (refusing to write into it)")
     if not checkpoint_steps(out):
+        check_checkpoints_replaceable(out)  # cleared as a new run
         return "new"
     if resume:
         return "resume"
     if force:
+        check_checkpoints_replaceable(out)
         return "force"
     raise InputError(f"{out}: already holds a run (use --resume to continue it or --force to replace it)")
+
+
+_CHECKPOINT_ENTRY = re.compile(r"[0-9]+(\.orbax-checkpoint-tmp.*)?")  # a step and orbax's partial of one
+
+def check_checkpoints_replaceable(out: Path) -> None:
+    """--force deletes RUN/checkpoints whole: refused, naming it, when it holds anything but the step
+    folders the trainer saved (and orbax's temporary folders of steps), e.g. a file of the user's."""
+    folder = out / "checkpoints"
+    if folder.is_symlink():
+        raise InputError(f"{folder}: is a symbolic link, which jepa train does not write; --force replaces only "
+                         "what jepa wrote: remove it yourself, or choose another --out")
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if entry.is_symlink() or not entry.is_dir() or not _CHECKPOINT_ENTRY.fullmatch(entry.name):
+            raise InputError(f"{out}: holds {entry}, which jepa train did not write; --force replaces only what "
+                             "jepa wrote: move it out first, or choose another --out")
 
 def check_outputs(config: TrainConfig) -> None:
     """RUN and the --tensorboard folder may not be, contain or lie inside an input (the dataset, the
@@ -70,9 +96,12 @@ def check_outputs(config: TrainConfig) -> None:
 
 RUN_MODES = ("new", "resume", "force")  # what check_run_dir finds
 
-def lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool) -> tuple[Any, str]:
+def lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool,
+             seen: tuple[int, int, int] | None) -> tuple[Any, str]:
     """Process 0 creates RUN if needed, locks it (run.RunLock) and, holding the lock, checks RUN
-    again (`check_run_dir`: another trainer may have written it since `make_plan` looked, as `planned`).
+    again (`check_run_dir`: another trainer may have written it since `make_plan` looked, finding
+    the mode `planned` and the run.json `seen`, run.run_identity): a run resumed or replaced must be
+    the one the user was shown, not one another process wrote meanwhile.
     Returns (the lock, or None on the other processes, the mode). The other processes never write,
     lock or look: they learn process 0's mode, or that it stopped, from one broadcast. Why one look
     for all: a process that looked for itself could find the run.json process 0 had just written,
@@ -85,8 +114,8 @@ def lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool) -> 
             out.mkdir(exist_ok=True)
             lock = RunLock(out)
             lock.acquire()
-            mode = check_run_dir(out, resume, force)
-            if mode != planned and mode != "new":
+            mode = check_run_dir(out, resume, force, locked=True)
+            if mode != planned and mode != "new" or mode != "new" and run_identity(out) != seen:
                 raise InputError(f"{out}: another process wrote a run here meanwhile; check it, then rerun")
         except InputError as exc:
             error = exc
@@ -172,11 +201,7 @@ def truncate_metrics(path: Path, step: int) -> None:
     if not path.exists():
         return
     keep = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
+    for line, row in read_jsonl(path):
         if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
             keep.append(line)
     tmp = path.with_name(f".{path.name}.tmp")
