@@ -156,7 +156,7 @@ def test_fd_of_features_whose_squares_overflow_float64_is_refused(tmp_path, run_
 
 
 def test_precision_recall_density_and_coverage_count_samples_inside_knn_balls():
-    from jepa_cli.evaluation.fd import precision_recall
+    from jepa_cli.evaluation.fd import density_coverage, precision_recall
 
     # k = 1 on a line: real 0, 1, 2, 3 have radius 1; fake 0.5 and 3.9 lie inside, 10 does not (2 of 3).
     # fake radii: 0.5 -> 3.4 (to 3.9), 3.9 -> 3.4, 10 -> 6.1: every real point lies within 3.4 of 0.5 or 3.9.
@@ -164,14 +164,15 @@ def test_precision_recall_density_and_coverage_count_samples_inside_knn_balls():
     # Coverage: the balls of 0, 1 and 3 hold a fake, that of 2 none: 3 of 4.
     real = np.array([[0.0], [1.0], [2.0], [3.0]])
     fake = np.array([[0.5], [10.0], [3.9]])
-    assert precision_recall(real, fake, k=1) == {"precision": 2 / 3, "recall": 1.0, "density": 1.0, "coverage": 0.75}
+    assert precision_recall(real, fake, k=1) == {"precision": 2 / 3, "recall": 1.0}
+    assert density_coverage(real, fake, k=1) == {"density": 1.0, "coverage": 0.75}
     # the roles swap: 0 lies in 1 fake ball, 1, 2 and 3 in 2 each (7 / 4); 10's ball (6.1) holds no real point
-    assert precision_recall(fake, real, k=1) == {"precision": 1.0, "recall": 2 / 3, "density": 1.75,
-                                                 "coverage": 2 / 3}
+    assert precision_recall(fake, real, k=1) == {"precision": 1.0, "recall": 2 / 3}
+    assert density_coverage(fake, real, k=1) == {"density": 1.75, "coverage": 2 / 3}
 
 
-def test_precision_and_recall_match_the_definition_on_random_sets():
-    from jepa_cli.evaluation.fd import precision_recall
+def test_the_four_figures_match_their_definitions_on_random_sets_each_with_its_own_default_k():
+    from jepa_cli.evaluation.fd import density_coverage, precision_recall
 
     rng = np.random.default_rng(0)
     real, fake = rng.standard_normal((60, 5)), 0.5 * rng.standard_normal((40, 5)) + 0.3
@@ -181,9 +182,12 @@ def test_precision_and_recall_match_the_definition_on_random_sets():
         radii = np.sort(d, axis=1)[:, k]  # index 0 is the sample itself
         return ((queries[:, None] - manifold[None]) ** 2).sum(-1) <= radii[None]
 
-    expected = {"precision": holds(real, fake).any(axis=1).mean(), "recall": holds(fake, real).any(axis=1).mean(),
-                "density": holds(real, fake).sum() / (3 * len(fake)), "coverage": holds(real, fake).any(axis=0).mean()}
-    assert precision_recall(real, fake) == pytest.approx(expected, abs=1e-12)
+    # precision and recall at Kynkaanniemi et al.'s k = 3, density and coverage at Naeem et al.'s k = 5
+    assert precision_recall(real, fake) == pytest.approx(
+        {"precision": holds(real, fake).any(axis=1).mean(), "recall": holds(fake, real).any(axis=1).mean()}, abs=1e-12)
+    assert density_coverage(real, fake) == pytest.approx(
+        {"density": holds(real, fake, 5).sum() / (5 * len(fake)), "coverage": holds(real, fake, 5).any(axis=0).mean()},
+        abs=1e-12)
 
 
 def test_precision_and_recall_tell_a_collapsed_set_from_a_noisy_one():
@@ -200,14 +204,14 @@ def test_precision_and_recall_tell_a_collapsed_set_from_a_noisy_one():
 
 
 def test_scattered_samples_reach_a_high_recall_but_a_low_coverage():
-    from jepa_cli.evaluation.fd import precision_recall
+    from jepa_cli.evaluation.fd import density_coverage, precision_recall
 
     rng = np.random.default_rng(2)
     real = rng.standard_normal((400, 4))
     scattered = 4.0 * rng.standard_normal((400, 4))  # wide: each sample's 3rd neighbour is far, so its ball is wide
-    result = precision_recall(real, scattered)
-    # recall: 399 of the 400 real points lie in some wide ball; coverage: 44 real balls hold a sample
-    assert result == {"precision": 0.0825, "recall": 0.9975, "density": 0.045, "coverage": 0.11}
+    # recall: 399 of the 400 real points lie in some wide ball; coverage: 44 real balls hold a sample (k = 3)
+    assert precision_recall(real, scattered) == {"precision": 0.0825, "recall": 0.9975}
+    assert density_coverage(real, scattered, k=3) == {"density": 0.045, "coverage": 0.11}
 
 
 def test_fd_reports_precision_recall_and_coverage_of_a_set_with_itself_as_one(tmp_path, run_cli):
@@ -279,5 +283,30 @@ def test_fd_of_sets_too_small_for_the_default_k_reports_no_neighbourhood_figures
     result = fd_datasets(a, a, on_log=logs.append)
     assert [result[key] for key in ("precision", "recall", "density", "coverage")] == [None] * 4
     assert abs(result["fd"]) < 1e-9
-    assert f"{a}: 3 samples; precision, recall, density and coverage need more than k = 3 in each set (reported as " \
-           "null)" in logs
+    assert f"{a}: 3 samples; precision and recall need more than k = 3 in each set (reported as null)" in logs
+    assert f"{a}: 3 samples; density and coverage need more than dc-k = 5 in each set (reported as null)" in logs
+
+
+def test_a_set_of_five_samples_gets_precision_and_recall_but_not_the_figures_of_five_neighbours(tmp_path):
+    from jepa_cli.evaluation.fd import fd_datasets
+
+    a = _dataset(tmp_path / "a.zarr", np.arange(10, dtype=np.float32).reshape(5, 2), "latent", "ND")
+    result = fd_datasets(a, a, on_log=lambda message: None)
+    assert [result[key] for key in ("precision", "recall", "density", "coverage", "k", "dc_k")] == \
+        [1.0, 1.0, None, None, 3, 5]
+
+
+def test_density_and_coverage_take_their_own_k(tmp_path, run_cli):
+    # A: 0..5 and 2.5 on a line; B: the same shifted by 10. The real point 5 has its neighbours at distances
+    # 1, 2, 2.5, 3, 4, 5: at k = 5 its ball (radius 4) holds no point of B, at k = 6 (radius 5) it holds 10,
+    # on its edge; every other ball of A ends below 10, and at --k 1 no ball of A reaches B
+    real = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [2.5]], np.float32)
+    a = _dataset(tmp_path / "a.zarr", real, "latent", "ND")
+    b = _dataset(tmp_path / "b.zarr", real + 10, "latent", "ND")
+    figures = ("k", "dc_k", "precision", "density", "coverage")
+    out = json.loads(run_cli("fd", a, b, "--k", "1", "--json").stdout)
+    assert [out[key] for key in figures] == [1, 5, 0.0, 0.0, 0.0]
+    out = json.loads(run_cli("fd", a, b, "--k", "1", "--dc-k", "6", "--json").stdout)
+    assert [out[key] for key in figures] == [1, 6, 0.0, pytest.approx(1 / (6 * 7)), pytest.approx(1 / 7)]
+    assert_user_error(run_cli("fd", a, b, "--dc-k", "7"), "--dc-k 7 needs 1 <= k < the sample count",
+                      f"{a} has 7 samples")

@@ -51,6 +51,7 @@ COVARIANCE_MATRICES = 8  # D x D float64 matrices alive at once: S_a, S_b, eigh'
 GRAM_MATRICES = 3  # N_a x N_b float64 matrices alive at once: A B^T and the SVD's workspace
 PR_BLOCK_BYTES = 64 << 20  # float64 bytes of one block of pairwise distances (precision, recall, ...)
 PR_K = 3  # Kynkaanniemi et al. 2019, Sec. 3 (k = 3 is their default)
+DC_K = 5  # Naeem et al. 2020's k for density and coverage (clovaai/generative-evaluation-prdc README: nearest_k = 5)
 
 
 def _psd_sqrt(s: np.ndarray) -> np.ndarray:
@@ -129,16 +130,18 @@ def knn_radii(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def share_inside(manifold: np.ndarray, radii: np.ndarray, queries: np.ndarray) -> float:
-    """The share of `queries` [M, D] inside the union of the balls around `manifold`'s rows [N, D]
-    (squared radii [N]; a point on a ball's edge is inside)."""
-    norms, q_norms = _squared_norms(manifold), _squared_norms(queries)
-    inside = 0
-    rows = _block_rows(len(manifold))
-    for a in range(0, len(queries), rows):
-        d = _squared_distances(queries[a:a + rows], q_norms[a:a + rows], manifold, norms)
-        inside += int(np.count_nonzero((d <= radii[None, :]).any(axis=1)))
-    return inside / len(queries)
+def count_in_balls(centres: np.ndarray, radii: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Balls around `centres` [N, D] (squared radii [N]) against `queries` [M, D]: for each query the
+    number of balls holding it [M], for each ball whether it holds some query [N]. A point on a ball's
+    edge is inside. One pass over the N x M distances, a block of rows at a time."""
+    norms, q_norms = _squared_norms(centres), _squared_norms(queries)
+    held, holds_some = np.zeros(len(queries), np.int64), np.zeros(len(centres), bool)
+    rows = _block_rows(len(queries))
+    for a in range(0, len(centres), rows):
+        inside = _squared_distances(centres[a:a + rows], norms[a:a + rows], queries, q_norms) <= radii[a:a + rows, None]
+        held += np.count_nonzero(inside, axis=0)
+        holds_some[a:a + rows] = inside.any(axis=1)
+    return held, holds_some
 
 
 def precision_recall_bytes(n_a: int, n_b: int) -> int:
@@ -148,36 +151,31 @@ def precision_recall_bytes(n_a: int, n_b: int) -> int:
     return 2 * 8 * n * min(n, _block_rows(n)) + 3 * 8 * (n_a + n_b)
 
 
-def real_ball_figures(real: np.ndarray, real_radii: np.ndarray, fake: np.ndarray, k: int) -> dict[str, float]:
-    """The figures on the balls of `real` [N, D] (squared k-NN radii [N]) alone, in one pass over the
-    N x M distances to `fake` [M, D]: precision (the share of fake samples inside some real ball),
-    density and coverage (Naeem et al. 2020, eq. 3-4: the real balls holding each fake sample summed
-    over k M, the share of real balls holding some fake sample). A point on a ball's edge is inside,
-    as in `share_inside`."""
-    norms, fake_norms = _squared_norms(real), _squared_norms(fake)
-    held, covered, in_some_ball = 0, 0, np.zeros(len(fake), bool)
-    rows = _block_rows(len(fake))
-    for a in range(0, len(real), rows):
-        distances = _squared_distances(real[a:a + rows], norms[a:a + rows], fake, fake_norms)
-        inside = distances <= real_radii[a:a + rows, None]
-        held += int(np.count_nonzero(inside))
-        covered += int(np.count_nonzero(inside.any(axis=1)))
-        in_some_ball |= inside.any(axis=0)
-    return {"precision": int(np.count_nonzero(in_some_ball)) / len(fake), "density": held / (k * len(fake)),
-            "coverage": covered / len(real)}
+def _check_k(k: int, option: str, real: np.ndarray, fake: np.ndarray) -> None:
+    for name, x in (("the reference set (A)", real), ("the compared set (B)", fake)):
+        if not 1 <= k < len(x):
+            raise InputError(f"{option} {k} needs 1 <= k < the sample count; {name} has {len(x)} samples")
 
 
 def precision_recall(real: np.ndarray, fake: np.ndarray, k: int = PR_K) -> dict[str, float]:
     """Improved precision and recall (Kynkaanniemi et al. 2019, eq. 1-2) of `fake` [N_b, D] against
-    `real` [N_a, D] (the share of fake samples inside real's k-NN manifold, the share of real samples
-    inside fake's), with density and coverage on the same radii (`real_ball_figures`):
-    {"precision", "recall", "density", "coverage"}. InputError unless k < both sample counts."""
-    for name, x in (("the reference set (A)", real), ("the compared set (B)", fake)):
-        if not 1 <= k < len(x):
-            raise InputError(f"--k {k} needs 1 <= k < the sample count; {name} has {len(x)} samples")
-    figures = real_ball_figures(real, knn_radii(real, k), fake, k)
-    return {"precision": figures["precision"], "recall": share_inside(fake, knn_radii(fake, k), real),
-            "density": figures["density"], "coverage": figures["coverage"]}
+    `real` [N_a, D]: the share of fake samples inside real's k-NN manifold (the union of each real
+    sample's ball to its k-th neighbour), the share of real samples inside fake's. InputError unless
+    k < both sample counts."""
+    _check_k(k, "--k", real, fake)
+    in_real, _ = count_in_balls(real, knn_radii(real, k), fake)
+    in_fake, _ = count_in_balls(fake, knn_radii(fake, k), real)
+    return {"precision": float(np.mean(in_real > 0)), "recall": float(np.mean(in_fake > 0))}
+
+
+def density_coverage(real: np.ndarray, fake: np.ndarray, k: int = DC_K) -> dict[str, float]:
+    """Density and coverage (Naeem et al. 2020, eq. 3-4) of `fake` [M, D] against `real` [N, D], on
+    real's balls alone: the real balls holding each fake sample, summed over k M (about 1 when fake is
+    distributed as real); the share of real balls holding some fake sample. InputError unless k < both
+    sample counts."""
+    _check_k(k, "--dc-k", real, fake)
+    held, holds_some = count_in_balls(real, knn_radii(real, k), fake)
+    return {"density": int(held.sum()) / (k * len(fake)), "coverage": float(np.mean(holds_some))}
 
 
 def standardise(fa: np.ndarray, fb: np.ndarray, name_a: str) -> None:
@@ -315,13 +313,14 @@ def _features(ds: SimpleNamespace, dim: int, encoder: SimpleNamespace | None,
 def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, batch_size: int = 128,
                 on_log: Callable[[str], None] | None = None, on_start: Callable[[int], None] | None = None,
                 on_progress: Callable[[int], None] | None = None, load_run: Callable | None = None,
-                k: int | None = None, standardise_features: bool = False) -> dict[str, Any]:
+                k: int | None = None, standardise_features: bool = False,
+                dc_k: int | None = None) -> dict[str, Any]:
     """FD, precision, recall, density and coverage between the feature distributions of datasets `a`
-    (the reference) and `b` (see `_feature_dim`; `k` for precision_recall; `standardise_features`: by
-    a's mean and std first); returns {"fd", "precision", "recall", "density", "coverage", "k",
-    "standardised", "n_a", "n_b", "dim", "method"}. A k given is refused unless both sets have more
-    samples; the default (PR_K) on a set that small gives the four neighbourhood figures None, with a
-    warning. Everything is checked (the datasets, the run, k, the memory) before features are read;
+    (the reference) and `b` (see `_feature_dim`; `k` for precision_recall, `dc_k` for
+    density_coverage; `standardise_features`: by a's mean and std first); returns {"fd", "precision",
+    "recall", "density", "coverage", "k", "dc_k", "standardised", "n_a", "n_b", "dim", "method"}. A k
+    given is refused unless both sets have more samples; a default k (PR_K, DC_K) on a set that small
+    gives its two figures None, with a warning. Everything is checked (the datasets, the run, k, the memory) before features are read;
     `on_start(samples)` then gives the work, `on_progress(samples)` its course, `on_log` the warnings. `load_run`: what loads the run (default
     `jepa_cli.training.run.load_run`)."""
     log = on_log or (lambda message: None)
@@ -330,15 +329,19 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
         if ds.n < 2:
             raise InputError(f"{ds.path}: fd needs at least 2 samples, got {ds.n}")
     warnings = []  # said once everything is checked: a refused command prints only its error line
-    for ds in sets:
-        if k is not None and not 1 <= k < ds.n:
-            raise InputError(f"--k {k} needs 1 <= k < the sample count (a sample's k-th neighbour in its own set); "
-                             f"{ds.path} has {ds.n} samples")
-        if k is None and ds.n <= PR_K:
-            warnings.append(f"{ds.path}: {ds.n} samples; precision, recall, density and coverage need more than "
-                            f"k = {PR_K} in each set (reported as null)")
-    with_pr = not warnings
-    k = PR_K if k is None else k
+    chosen = {}
+    for option, given, default, figures in (("--k", k, PR_K, "precision and recall"),
+                                            ("--dc-k", dc_k, DC_K, "density and coverage")):
+        for ds in sets:
+            if given is not None and not 1 <= given < ds.n:
+                raise InputError(f"{option} {given} needs 1 <= k < the sample count (a sample's k-th neighbour in "
+                                 f"its own set); {ds.path} has {ds.n} samples")
+            if given is None and ds.n <= default:
+                warnings.append(f"{ds.path}: {ds.n} samples; {figures} need more than {option[2:]} = {default} in "
+                                "each set (reported as null)")
+        chosen[option] = default if given is None else given
+    k, dc_k = chosen["--k"], chosen["--dc-k"]
+    with_pr, with_dc = (all(ds.n > n for ds in sets) for n in (k, dc_k))
     encoder = _load_encoder(run, batch_size, log, load_run) if run is not None else None
     if encoder is not None:
         encoder.batch_size = min(batch_size, max(ds.n for ds in sets))  # one compiled shape for both
@@ -368,9 +371,10 @@ def fd_datasets(a: str | Path, b: str | Path, run: str | Path | None = None, bat
         standardise(fa, fb, str(a))
     for message in dict.fromkeys(warnings + sample_count_warnings(n_a, n_b, dim, (str(a), str(b)))):
         log(message)
-    neighbourhood = (precision_recall(fa, fb, k) if with_pr  # before FD: it centres fa, fb
-                     else dict.fromkeys(("precision", "recall", "density", "coverage")))
+    # before FD: it centres fa, fb
+    neighbourhood = {**(precision_recall(fa, fb, k) if with_pr else dict.fromkeys(("precision", "recall"))),
+                     **(density_coverage(fa, fb, dc_k) if with_dc else dict.fromkeys(("density", "coverage")))}
     value = frechet_distance_of_features(fa, fb, method)
-    return {"fd": value, **neighbourhood, "k": int(k),
+    return {"fd": value, **neighbourhood, "k": int(k), "dc_k": int(dc_k),
             "standardised": bool(standardise_features), "n_a": int(n_a), "n_b": int(n_b), "dim": int(dim),
             "method": method}

@@ -25,8 +25,10 @@ subsequence, in either direction. Their own outputs are meaningless, and masked 
 Gaps (option `ssm_gaps`): a masked context is a subsequence of the scan. `skip` runs the recurrence on
 that shorter sequence, so the tokens on either side of a hole are one step apart. `elapse` takes each
 token's place in the whole scan (`times`) and decays the state by Lambda_bar^g across a gap of g places,
-the zero-order hold over g steps of an irregularly sampled sequence (S5 Sec. 6.3, variable step sizes):
-the outputs are then exactly those of the whole sequence with the masked tokens' inputs set to zero.
+with the one-step B_bar: the outputs are exactly those of the whole sequence with the masked tokens'
+inputs set to zero (the hidden inputs zeroed, nothing else). This is not S5's variable-step hold (Sec. 6.3,
+lindermanlab/S5 `ssm.py`), which also rescales the input, B_bar = Lambda^-1 (Lambda_bar^g - I) B, at
+each step of length g.
 """
 
 from __future__ import annotations
