@@ -134,9 +134,10 @@ def test_sigterm_while_sample_shuts_down_after_writing_says_the_output_is_whole(
     assert json.loads(stdout)["num_samples"] == 4
 
 
+@pytest.mark.slow  # a regression guard: three samplers stopped at random moments
 def test_sigterm_mid_sampling_always_exits_143_with_its_line(flow_run, tmp_path):
     rng = random.Random(0)
-    for attempt in range(8):
+    for attempt in range(3):
         out = tmp_path / f"s{attempt}.zarr"
         process = subprocess.Popen([sys.executable, "-m", "jepa_cli", "sample", str(flow_run), "-n", "100000",
                                     "-o", str(out), "--steps", "4", "--mesh", "data=1", "-q"],

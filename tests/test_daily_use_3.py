@@ -226,7 +226,7 @@ def test_ema_is_a_train_option(run_cli, tmp_path):
     store.write_group(data, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
     store.write_array(data / "inputs", np.zeros((8, 16, 16, 1), np.uint8))
     r = run_cli("train", "--data", data, "-o", tmp_path / "run", "--steps", "100", "--model", "tiny", "--patch-size",
-                "2", "--ema", "0.95,1", "--print-config")
+                "2", "--batch-size", "8", "--ema", "0.95,1", "--print-config")
     assert r.exit_code == 0, r.stderr
     assert tomllib.loads(r.stdout)["ijepa"]["ema"] == [0.95, 1.0]
 

@@ -53,13 +53,8 @@ def setup():
 
 
 def guided_steps(plan) -> list[int]:
-    """The steps whose (first) evaluation a guidance plan guides."""
-    return [i for first, end, g1, _g2, _second in plan if g1 for i in range(first, end)]
-
-
-def heun_second_guided(plan) -> list[int]:
-    """The steps whose Heun second evaluation (at the step's end) a guidance plan guides."""
-    return [i for first, end, _g1, g2, _second in plan if g2 for i in range(first, end)]
+    """The steps a guidance plan guides."""
+    return [i for first, end, guided, _second in plan if guided for i in range(first, end)]
 
 
 @pytest.mark.parametrize("interval, expected", [((0.3, 0.7), [3, 4, 5, 6]), ((0.2, 0.8), [2, 3, 4, 5, 6, 7])])
@@ -68,13 +63,6 @@ def test_flow_bounds_on_grid_points_exclude_lo_and_include_hi(interval, expected
     obj = make_objective("flow", TINY)
     for sampler in ("euler", "ddim"):
         assert guided_steps(guidance_plan(obj, 10, sampler, 2.0, interval)) == expected
-
-
-def test_heun_guides_its_second_evaluation_when_the_step_end_is_in_the_interval():
-    obj = make_objective("flow", TINY)
-    plan = guidance_plan(obj, 10, "heun", 2.0, (0.3, 0.7))
-    assert guided_steps(plan) == [3, 4, 5, 6]
-    assert heun_second_guided(plan) == [2, 3, 4, 5]  # ends at t = 0.7, 0.6, 0.5, 0.4; not 0.3
 
 
 def test_edm_bounds_at_sigma_min_and_sigma_max_exclude_lo_and_include_hi():
@@ -96,11 +84,11 @@ def test_cosine_bounds_on_grid_levels_exclude_lo_and_include_hi():
 def test_guidance_plan_guides_exactly_the_steps_in_the_interval(setup):
     obj, _ = setup
     # flow times 1, 0.75, 0.5, 0.25 (then 0): (0.4, 0.8] holds 0.75 and 0.5
-    assert guidance_plan(obj, 4, "euler", 3.0, (0.4, 0.8)) == [(0, 1, False, False, False),
-                                                                 (1, 3, True, False, False),
-                                                                 (3, 4, False, False, False)]
-    assert guidance_plan(obj, 4, "euler", 1.0, None) == [(0, 4, False, False, False)]  # scale 1: never
-    assert guidance_plan(obj, 4, "heun", 3.0, None) == [(0, 3, True, True, True), (3, 4, True, False, False)]
+    assert guidance_plan(obj, 4, "euler", 3.0, (0.4, 0.8)) == [(0, 1, False, False),
+                                                                 (1, 3, True, False),
+                                                                 (3, 4, False, False)]
+    assert guidance_plan(obj, 4, "euler", 1.0, None) == [(0, 4, False, False)]  # scale 1: never
+    assert guidance_plan(obj, 4, "heun", 3.0, None) == [(0, 3, True, True), (3, 4, True, False)]
 
 
 def test_guidance_scale_1_is_exactly_the_conditional_prediction():

@@ -153,7 +153,8 @@ def test_an_i_jepa_step_adds_weight_times_sigreg_of_the_pooled_context_features(
         objective = IJEPAObjective(IJEPAConfig(**TINY, **options))
         objective.sample_masks = hand_masks
         params = objective.init(jax.random.key(0))
-        return objective, params, objective.loss(params, params["encoder"], {"image": images}, key, jnp.int32(0))
+        step = jax.jit(lambda p: objective.loss(p, p["encoder"], {"image": images}, key, jnp.int32(0)))
+        return objective, params, step(params)
 
     _, _, (official, official_aux) = loss()
     assert "sigreg" not in official_aux
@@ -164,6 +165,24 @@ def test_an_i_jepa_step_adds_weight_times_sigreg_of_the_pooled_context_features(
     pooled = np.asarray(z_ctx, np.float32)[:, 0, :4].mean(axis=1)  # [B, D]
     directions = random_directions(jax.random.fold_in(key, SIGREG_STREAM), pooled.shape[1], 64)
     expected = float(epps_pulley_sliced(pooled, directions))
+    assert expected > 1.0  # a random encoder's pooled features are far from a standard normal
     assert float(aux["sigreg"]) == pytest.approx(expected, rel=1e-5)
     assert float(aux["pred_loss"]) == float(official)
     assert float(value) == pytest.approx(float(official) + 0.25 * expected, rel=1e-6)
+
+
+VIDEO = dict(model="tiny", width=24, depth=1, heads=2, patch_size=4, image_size=8, channels=1, num_frames=4,
+             tubelet_size=2, pred_depth=1, pred_width=16, npred=[1, 1], pred_scale=[[0.25, 0.25], [0.5, 0.5]])
+AUDIO = dict(model="tiny", width=32, depth=1, heads=2, pred_width=16, pred_depth=1, pred_heads=2, patch_size=4,
+             sample_rate=8000, seconds=0.5, frames=16, mel_bins=16, fmax=4000.0)
+
+
+@pytest.mark.parametrize("name, options, field, shape", [("vjepa", VIDEO, "video", (4, 4, 8, 8, 1)),
+                                                          ("audio-jepa", AUDIO, "audio", (4, 4000))])
+def test_video_and_audio_objectives_add_the_weighted_statistic_and_log_it(name, options, field, shape):
+    objective = make_objective(name, {**options, "sigreg_weight": 0.5, "sigreg_slices": 32})
+    params = objective.init(jax.random.key(0))
+    batch = {field: jax.random.normal(jax.random.key(1), shape)}
+    value, aux = jax.jit(lambda p: objective.loss(p, p["encoder"], batch, jax.random.key(2), jnp.int32(0)))(params)
+    assert float(aux["sigreg"]) > 1.0  # a random encoder's pooled features are far from a standard normal
+    assert float(value) == pytest.approx(float(aux["pred_loss"]) + 0.5 * float(aux["sigreg"]), rel=1e-6)

@@ -167,8 +167,9 @@ def test_every_flagged_objective_field_is_a_train_option_and_no_other_objective_
                     "as_json", "verbose", "quiet", "allow_new_data"}
     trainer_keys = {f.name for f in TRAINER_FIELDS}
     assert _train_option_names() - trainer_keys - command_only == flagged
-    # 32 + var_weight, var_target, cov_weight, mixer, pred_mixer, ssm_state, ssm_step, scan_order, ssm_gaps, edm_*, attention_impl
-    assert len(flagged) == 44
+    # 32 + var_weight, var_target, cov_weight, mixer, pred_mixer, ssm_state, ssm_step, scan_order, ssm_gaps, edm_*,
+    # attention_impl, ema and the options added beside them
+    assert len(flagged) == 49
 
 
 def test_an_objective_option_help_comes_from_its_field_with_the_default(run_cli):

@@ -14,7 +14,7 @@ from typing import Any
 from jepa_cli.data import store
 from jepa_cli.errors import InputError
 
-# jepa_kind -> "module:function". Later kinds (runs, masks, latents) add a line here.
+# jepa_kind -> "module:function" that describes an artifact of that kind (`jepa info`)
 DESCRIBERS: dict[str, str] = {
     "dataset": "jepa_cli.data.describe:describe_dataset",
     "masks": "jepa_cli.masks.io:describe",

@@ -63,17 +63,11 @@ def files_in(folder: str | os.PathLike, extensions: Iterable[str]) -> list[Path]
             if not is_dir and os.path.splitext(name)[1].lower() in extensions]
 
 
-def iter_files(root: str | os.PathLike) -> Iterator[Path]:
-    """Every file under `root` at any depth, in sorted path order, reached through links to folders as
-    through folders. A link back to a folder that holds it (a loop) is an InputError naming the link;
-    so is a folder that cannot be listed."""
-    for folder, name in _walk(str(root)):
-        yield Path(folder, name)
-
-
 def _walk(folder: str, ancestors: frozenset = frozenset()) -> Iterator[tuple[str, str]]:
-    """(folder, file name) of every file under `folder` (see iter_files), as strings: listing a million
-    files costs seconds, not minutes, without a Path per entry."""
+    """(folder, file name) of every file under `folder` at any depth, in sorted path order, reached
+    through links to folders as through folders, as strings: listing a million files costs seconds,
+    not minutes, without a Path per entry. A link back to a folder that holds it (a loop) is an
+    InputError naming the link; so is a folder that cannot be listed."""
     try:
         info = os.stat(folder)
     except OSError as exc:
@@ -90,7 +84,7 @@ def _walk(folder: str, ancestors: frozenset = frozenset()) -> Iterator[tuple[str
 
 
 def walk_files(root: str | os.PathLike, extensions: Iterable[str]) -> list[Path]:
-    """The files of `iter_files(root)` whose suffix (any case) is one of `extensions`."""
+    """The files under `root` (at any depth, `_walk`) whose suffix (any case) is one of `extensions`."""
     extensions = set(extensions)
     return [Path(folder, name) for folder, name in _walk(str(root)) if os.path.splitext(name)[1].lower() in extensions]
 

@@ -102,8 +102,6 @@ class MultiBlock3DConfig:
     max_temporal_keep: tuple[float, ...] = option((1.0, 1.0), "Fraction of frames the context may span, per pair.")
     # docs/masks.md; the official collator cuts to the batch minimum instead
     context_size: int | None = option(None, "Context slots K per sample (default: derived, docs/masks.md).")
-    # no-op: multiblock3d.py already draws randint(0, H - h + 1)
-    official_positions: bool = option(False, "No effect: the official 3D sampler has no position quirk.")
     official_truncation: bool = option(False, "Cut contexts to the batch-minimum count (per mask pair in 3D), "
                                        "lowest indices kept, as the official collator.")
     collator_batch: int | None = option(None, "With official_truncation: cut over groups of this many samples "
@@ -128,8 +126,6 @@ class RandomConfig:
     # Audio-JEPA jepa_module.py: mask ratio ~ U(0.4, 0.6) per batch
     ratio: tuple[float, float] = option((0.4, 0.6), "Masking ratio range LO,HI, drawn once per batch.")
     context_size: int | None = option(None, "Context slots K per sample (default: derived, docs/masks.md).")
-    official_positions: bool = option(False, "No effect: a permutation has no positional quirk.")
-    official_truncation: bool = option(False, "No effect: all contexts of a batch have the same size.")
 
     @property
     def frames(self) -> None:

@@ -25,6 +25,7 @@ def sample_random(key: jax.Array, config: RandomConfig, batch_size: int) -> Mask
     # rank of every patch in a uniform permutation: argsort of iid words (ties broken by index)
     rank = jnp.argsort(jnp.argsort(bits["perm"], axis=-1), axis=-1)
     context = (rank < keep)[:, None, :]
-    c_index, c_valid = dense_to_index(bits["select"], context, context_slots(config), config.official_truncation)
-    t_index, t_valid = dense_to_index(None, ~context, target_slots(config), config.official_truncation)
+    # every context of the batch has `keep` patches: the official collator's cut to the minimum is a no-op
+    c_index, c_valid = dense_to_index(bits["select"], context, context_slots(config), False)
+    t_index, t_valid = dense_to_index(None, ~context, target_slots(config), False)
     return MaskSet(c_index, c_valid, t_index, t_valid)

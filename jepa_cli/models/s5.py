@@ -43,8 +43,9 @@ from jepa_cli.models.mixer_pattern import SSM_STEP
 # The S5 leaves kept out of weight decay: S5's "standard" optimiser groups (train_helpers.py
 # create_train_state: B, Lambda_re, Lambda_im and log_step go to plain Adam, C and D to AdamW). Decay
 # would pull the eigenvalues' real parts and the log steps towards 0, i.e. towards marginal stability
-# and unit steps. C is decayed as any matrix; D, a vector, is not (the JEPA codes' groups leave 1-D leaves out).
-NO_DECAY = ("b", "lambda_re", "lambda_im", "log_step")
+# and unit steps. C is decayed as any matrix; D, the eigenvalues and the log steps, vectors, are not (the
+# JEPA codes' groups leave every 1-D leaf out), so B [P, H, 2] is the one leaf to name.
+NO_DECAY = ("b",)
 LAMBDA_RE_MAX = -1e-4  # S5 clip_eigs: real parts stay below 0, so |Lambda_bar| < 1
 
 

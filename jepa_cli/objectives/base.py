@@ -62,7 +62,7 @@ def decay_matrices_only(params: Params, excluded: tuple[str, ...] = ("bias",)) -
     """The official JEPA codes' AdamW parameter groups as a pytree of bools: True (decayed) for
     every leaf but biases (leaves named in `excluded`) and 1-D leaves (LayerNorm scales); the
     mask tokens, which are 3-D, are decayed as in the official code. An S5 layer's (under `ssm`)
-    B, eigenvalues and log steps are not decayed either (models/s5.py NO_DECAY)."""
+    B is not decayed either (models/s5.py NO_DECAY), nor its eigenvalues and log steps (1-D)."""
     from jepa_cli.models.s5 import NO_DECAY
 
     def decay(path, leaf):

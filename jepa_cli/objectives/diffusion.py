@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jepa_cli.objectives.genconfig import DiffusionConfig
+from jepa_cli.objectives.genconfig import EDM_SIGMA_DATA, DiffusionConfig
 from jepa_cli.objectives.generative import GenerativeObjective, expand
 
 T_MIN, T_MAX = 1e-3, 1.0 - 1e-3  # cosine: keep alpha and sigma away from 0
@@ -144,10 +144,18 @@ class DiffusionObjective(GenerativeObjective):
         return value, {"loss": value, "sigma_mean": jnp.mean(level)}
 
     # -- sampling ------------------------------------------------------------------------------
+    def sigma_range(self) -> tuple[float, float]:
+        """EDM's (sigma_min, sigma_max) at the run's sigma_data: 0.002 and 80 are published with
+        sigma_data 0.5 (EDM Table 1; EDM2's latents of std 0.5, NVlabs/edm2 training/encoders.py), so
+        they scale with it, keeping sigma / sigma_data in [0.004, 160]."""
+        scale = self.config.sigma_data / EDM_SIGMA_DATA
+        return SIGMA_MIN * scale, SIGMA_MAX * scale
+
     def sampling_grid(self, steps: int) -> np.ndarray:
-        """float64 [K + 1]: EDM's sigmas, or the cosine schedule's t evenly from T_MAX down to 0."""
+        """float64 [K + 1]: EDM's sigmas over sigma_range, or the cosine schedule's t evenly from T_MAX
+        down to 0."""
         if self.config.schedule == "edm":
-            return karras_sigmas(steps, dtype=np.float64)
+            return karras_sigmas(steps, *self.sigma_range(), dtype=np.float64)
         return np.linspace(T_MAX, 0.0, steps + 1)
 
     def sampling_times(self, steps: int) -> np.ndarray:
@@ -155,7 +163,7 @@ class DiffusionObjective(GenerativeObjective):
         return self.sampling_grid(steps).astype(np.float32)
 
     def prior(self, key, shape):
-        scale = SIGMA_MAX if self.config.schedule == "edm" else 1.0
+        scale = self.sigma_range()[1] if self.config.schedule == "edm" else 1.0
         return scale * jax.random.normal(key, shape, jnp.float32)
 
     def predict(self, params, x, time, labels):

@@ -9,6 +9,7 @@ no JAX, so `jepa train --help` can list the flags.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from jepa_cli.errors import InputError
@@ -25,10 +26,21 @@ PREDICTIONS = ("eps", "x0", "v")
 # Table 1, pixels); EDM2 (Karras et al. 2024, train_edm2.py presets edm2-img64-*: ImageNet-64 pixels;
 # edm2-img512-*: ImageNet-512 in the SD VAE's latent space).
 EDM_PRESETS = {"edm": (-1.2, 1.2), "edm2-pixel": (-0.8, 1.6), "edm2-latent": (-0.4, 1.0)}
+# The sigma_data every preset was published with: pixels in [-1, 1] (EDM Table 1) and EDM2's latents,
+# scaled to std 0.5 (NVlabs/edm2 training/encoders.py, final_std = 0.5). A preset's noise levels are
+# relative to the data's std, so at another sigma_data its P_mean moves by ln(sigma_data / 0.5): the
+# same distribution of sigma / sigma_data (edm_p_mean).
+EDM_SIGMA_DATA = 0.5
 # The default preset and sigma_data (the data's std in model space) for each modality: images are
 # scaled to [-1, 1], where EDM and EDM2 take sigma_data 0.5; latents are standardised by their
 # latent_shift / latent_scale (encode-latents writes the per-channel mean and 1/std), so their std is 1.
 DATA_DEFAULTS = {"image": ("edm2-pixel", 0.5), "latent": ("edm2-latent", 1.0)}
+
+
+def edm_p_mean(preset: str, sigma_data: float) -> float:
+    """The preset's P_mean at `sigma_data`: ln sigma - ln sigma_data keeps the published distribution."""
+    return EDM_PRESETS[preset][0] + math.log(sigma_data / EDM_SIGMA_DATA)
+
 # `jepa sample`'s ranges, here so that the CLI declares them without importing JAX. Guidance scales in
 # use lie in 1..10; far beyond, the amplified difference c - u swamps the prediction and every pixel
 # saturates (scale 1e30 gives all-black images), so 100 bounds it with room to spare.
@@ -88,8 +100,9 @@ class GenerativeConfig:
                                         "preconditioned F.", applies=("diffusion",), choices=PREDICTIONS)
     min_snr_gamma: float | None = _opt(None, "Min-SNR-gamma weighting of the x0 loss (Hang et al. 2023), "
                                              "converted into the prediction's space.", applies=("diffusion",))
-    edm_preset: str | None = _opt(None, "EDM's log-normal sigma (P_mean, P_std): edm (-1.2, 1.2) | edm2-pixel "
-                                        "(-0.8, 1.6) | edm2-latent (-0.4, 1.0) (default: edm2-latent for latents, "
+    edm_preset: str | None = _opt(None, "EDM's log-normal sigma (P_mean, P_std) as published at sigma_data 0.5: edm "
+                                        "(-1.2, 1.2) | edm2-pixel (-0.8, 1.6) | edm2-latent (-0.4, 1.0), P_mean "
+                                        "shifted by ln(sigma_data / 0.5) (default: edm2-latent for latents, "
                                         "edm2-pixel for images).", applies=("diffusion",),
                                   choices=tuple(EDM_PRESETS))
     p_mean: float | None = _opt(None, "EDM log-normal sigma: mean (default: the --edm-preset's).",
@@ -167,13 +180,17 @@ class GenerativeConfig:
     def _resolve_data_defaults(self) -> None:
         """p_mean, p_std and sigma_data left unset take the modality's defaults (DATA_DEFAULTS) or the
         named preset's, so that run.json records the values the run trains with. edm_preset is
-        recorded when both p_mean and p_std came from a preset: it says where they came from."""
+        recorded when both p_mean and p_std came from a preset: it says where they came from. A preset's
+        p_mean is taken at the run's sigma_data (edm_p_mean)."""
         preset, sigma_data = DATA_DEFAULTS[self.modality]
         preset = self.edm_preset or preset
         if self.p_mean is None and self.p_std is None:
             object.__setattr__(self, "edm_preset", preset)
-        p_mean, p_std = EDM_PRESETS[preset]
-        for name, value in (("p_mean", p_mean), ("p_std", p_std), ("sigma_data", sigma_data)):
+        if self.sigma_data is None:
+            object.__setattr__(self, "sigma_data", sigma_data)
+        if self.sigma_data <= 0:
+            raise InputError("p_std and sigma_data must be > 0")
+        for name, value in (("p_mean", edm_p_mean(preset, self.sigma_data)), ("p_std", EDM_PRESETS[preset][1])):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
 

@@ -109,7 +109,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     from jepa_cli.sampling.sampler import make_sampler
 
     make_sampler(objective, steps=steps, sampler=sampler, eta=eta)  # refuses a sampler the schedule lacks
-    check_interval_guides(objective, steps, sampler, guidance_scale, guidance_interval)
+    check_interval_guides(objective, steps, guidance_scale, guidance_interval)
     if png is not None and objective.config.modality != "image":
         raise InputError("--png draws image samples; this run samples latents")
     params = host["ema"] if weights == "ema" else host["params"]

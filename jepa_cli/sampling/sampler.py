@@ -1,11 +1,13 @@
 """Whole sampling trajectories under one jit, with classifier-free guidance limited to an interval.
 
 Guidance (Ho & Salimans 2022) combines the conditional prediction c and the unconditional one u
-(the null class) as c + (w - 1) (c - u) = u + w (c - u), only at steps whose noise level
-(objective.guidance_levels: t for flow, sigma for diffusion) lies in (lo, hi] (Kynkaanniemi et al.
-2024); elsewhere the step uses c alone from a pass over the batch, and the unconditional pass is
-skipped; inside, c and u come from one pass over the doubled batch. Which steps are guided is
-decided before tracing (guided_levels, guidance_plan), so the compiled trajectory has no runtime
+(the null class) as c + (w - 1) (c - u) = u + w (c - u), only at steps whose noise level at the
+step's start (objective.guidance_levels: t for flow, sigma for diffusion) lies in (lo, hi]
+(Kynkaanniemi et al. 2024); a guided step guides every evaluation it makes, Heun's second one at
+the step's end included, as kynkaat/guidance-interval sampling/edm_sampler.py decides once per step
+from t_cur. Elsewhere the step uses c alone from a pass over the batch, and the unconditional pass
+is skipped; inside, c and u come from one pass over the doubled batch. Which steps are guided is
+decided before tracing (guided_steps, guidance_plan), so the compiled trajectory has no runtime
 branch. The test is made in float32, the precision the network sees the grid in: a bound the user
 types equal to a grid point (0.3 on a 10-step flow grid) is that grid point, whatever the last
 bits of either (float32 0.3 is 0.30000001, float64 1 - 7/10 is 0.30000000000000004).
@@ -41,12 +43,12 @@ def in_interval(level, lo, hi):
     return (level > lo) & (level <= hi)
 
 
-def guided_levels(objective, steps: int, interval) -> list[bool]:
-    """Per grid point i = 0..steps, whether its noise level lies in the guidance interval (lo, hi]
-    (None: every one). Levels and bounds are both rounded to float32 first, so a bound equal to a
-    grid point is that point: lo excludes it, hi includes it."""
+def guided_steps(objective, steps: int, interval) -> list[bool]:
+    """Per step i = 0..steps - 1, whether the noise level it starts from lies in the guidance interval
+    (lo, hi] (None: every step). Levels and bounds are both rounded to float32 first, so a bound equal
+    to a grid point is that point: lo excludes it, hi includes it."""
     lo, hi = check_interval(objective, interval)
-    levels = np.asarray(objective.guidance_levels(steps), np.float64).astype(np.float32)
+    levels = np.asarray(objective.guidance_levels(steps), np.float64).astype(np.float32)[:steps]
     with np.errstate(over="ignore"):  # a sigma bound beyond float32's range is +inf there, as intended
         lo32, hi32 = np.float32(lo), np.float32(hi)
     return [bool(in_interval(v, lo32, hi32)) for v in levels]
@@ -85,36 +87,35 @@ def check_interval(objective, interval) -> tuple[float, float]:
     return lo, hi
 
 
-def check_interval_guides(objective, steps: int, sampler: str, scale: float, interval) -> None:
-    """InputError when a guidance scale other than 1 is given with an interval that holds none of the
-    noise levels the sampler evaluates at `steps` steps: the samples would be the unguided ones, while
-    the dataset's attributes record the scale."""
-    if interval is None or scale == 1.0 or any(g1 or g2 for *_, g1, g2, _ in guidance_plan(
-            objective, steps, sampler, scale, interval)):
+def check_interval_guides(objective, steps: int, scale: float, interval) -> None:
+    """InputError when a guidance scale other than 1 is given with an interval that guides none of the
+    `steps` steps (guided_steps, the sampler's own decision): the samples would be the unguided ones,
+    while the dataset's attributes record the scale."""
+    if interval is None or scale == 1.0 or any(guided_steps(objective, steps, interval)):
         return
     lo, hi = check_interval(objective, interval)
-    levels = np.asarray(objective.guidance_levels(steps), np.float64).astype(np.float32)
+    levels = np.asarray(objective.guidance_levels(steps), np.float64).astype(np.float32)[:steps]
     below, above = levels[levels <= np.float32(lo)], levels[levels > np.float32(hi)]
     nearest = " and ".join(f"{v:g}" for v in (above.min() if above.size else None,
                                               below.max() if below.size else None) if v is not None)
     what = "t" if objective.guidance_range()[1] == 1.0 else "sigma"
-    raise InputError(f"--guidance-interval {lo:g},{hi:g} = ({lo:g}, {hi:g}] holds none of the {what} levels of "
-                     f"--steps {steps} (the nearest: {nearest}), so --guidance-scale {scale:g} would change "
-                     "nothing; widen the interval or give more --steps")
+    raise InputError(f"--guidance-interval {lo:g},{hi:g} = ({lo:g}, {hi:g}] holds none of the {what} levels the "
+                     f"--steps {steps} steps start from (the nearest: {nearest}), so --guidance-scale {scale:g} "
+                     "would change nothing; widen the interval or give more --steps")
 
 
-def guidance_plan(objective, steps: int, sampler: str, scale: float, interval) -> list[tuple[int, int, bool, bool, bool]]:
+def guidance_plan(objective, steps: int, sampler: str, scale: float, interval) -> list[tuple[int, int, bool, bool]]:
     """The trajectory as contiguous runs of steps that share their static choices:
-    (first step, end step, guide the step's evaluation, guide Heun's second evaluation, Heun's
-    second evaluation happens). The interval and the time grid are known before tracing, so no
-    step needs a runtime branch (a lax.cond inside the scan halved the speed on XLA:CPU)."""
+    (first step, end step, guide the step's evaluations, Heun's second evaluation happens). The
+    interval and the time grid are known before tracing, so no step needs a runtime branch (a
+    lax.cond inside the scan halved the speed on XLA:CPU)."""
     times = objective.sampling_times(steps)
-    guided = [g and scale != 1.0 for g in guided_levels(objective, steps, interval)]
+    guided = [g and scale != 1.0 for g in guided_steps(objective, steps, interval)]
     flags = []
     for i in range(steps):
         second = sampler == "heun" and float(times[i + 1]) > 0.0  # Heun's last step to 0 is Euler's
-        flags.append((guided[i], guided[i + 1] and second, second))
-    plan: list[tuple[int, int, bool, bool, bool]] = []
+        flags.append((guided[i], second))
+    plan: list[tuple[int, int, bool, bool]] = []
     for i, f in enumerate(flags):
         if plan and plan[-1][2:] == f:
             plan[-1] = (plan[-1][0], i + 1, *f)
@@ -160,25 +161,26 @@ def make_sampler(objective, *, steps: int, sampler: str = "euler", eta: float = 
                                      jnp.concatenate([labels, null_labels]))
             return guide(both[:b], both[b:], w)
 
-        def make_body(g1: bool, g2: bool, second: bool):
+        def make_body(guided: bool, second: bool):
             def body(x, i):
                 t, t_next = times[i], times[i + 1]
-                raw = model(x, t, g1)
+                raw = model(x, t, guided)
                 if sampler == "ddim":
                     noise = jax.random.normal(jax.random.fold_in(k_steps, i), x.shape) if eta else None
                     return ddim_step(objective, raw, x, t, t_next, eta, noise), None
                 x_e = euler_step(objective, raw, x, t, t_next)
                 if not second:
                     return x_e, None
-                # Heun (Karras et al. 2022, Algorithm 1): average the slopes at t and t_next
+                # Heun (Karras et al. 2022, Algorithm 1): average the slopes at t and t_next, the
+                # second evaluation guided as the step is (kynkaat/guidance-interval edm_sampler.py)
                 d1 = objective.derivative(raw, x, t)
-                d2 = objective.derivative(model(x_e, t_next, g2), x_e, t_next)
+                d2 = objective.derivative(model(x_e, t_next, guided), x_e, t_next)
                 return x + (t_next - t) * 0.5 * (d1 + d2), None
 
             return body
 
-        for first, end, g1, g2, second in plan:
-            x, _ = jax.lax.scan(make_body(g1, g2, second), x, jnp.arange(first, end))
+        for first, end, guided, second in plan:
+            x, _ = jax.lax.scan(make_body(guided, second), x, jnp.arange(first, end))
         return x
 
     return sample
