@@ -15,7 +15,5 @@ OUT ?= folder-run
 SIZE ?= 32x32
 RECIPE ?= $(HERE)../jepa_cli/recipes/ijepa-small32.toml
 INGEST_FLAGS ?= --channels 3 --skip-bad
-# The folder's own name; the spaces a path may hold are kept through notdir, which splits at them.
-TITLE ?= $(subst |space|, ,$(notdir $(abspath $(subst $(space),|space|,$(SOURCE))))) test split
 
 include $(HERE)quickstart.mk

@@ -23,7 +23,9 @@ OUT ?= demo
 SOURCE ?= builtin:digits
 TRAIN_SOURCE ?= $(SOURCE)
 TEST_SOURCE ?= $(SOURCE)
-TITLE ?= $(SOURCE) test split
+# The source's own name (a folder's, not its path); the spaces a path may hold are kept through notdir,
+# which splits at them.
+TITLE ?= $(subst |space|, ,$(notdir $(abspath $(subst $(space),|space|,$(SOURCE))))) test split
 RECIPE ?= $(HERE)../jepa_cli/recipes/ijepa-digits-tiny.toml
 PYTHON ?= python3
 SIZE ?= 16x16

@@ -117,6 +117,18 @@ def test_groups_from_a_column_of_the_labels_csv(run_cli, tmp_path):
     assert json.loads(result.stdout)["groups"] == 4
 
 
+@pytest.mark.parametrize("modality", ["image", "audio"])
+def test_the_summary_names_the_one_group_held_out(run_cli, tmp_path, modality):
+    make, flags = SOURCES[modality]
+    root = make(tmp_path / "src")
+    # 0.2 of 20 samples: 4, one session of 4 samples (each session is 2 classes x 2)
+    result = run_cli("ingest", root, tmp_path / "o.zarr", *flags, "--split", "test", "--test-fraction", "0.2")
+    assert result.exit_code == 0, result.stderr
+    held_out = attrs(tmp_path / "o.zarr")["split"]["groups"]
+    assert len(held_out) == 1 and held_out[0] in SESSIONS
+    assert f", 1 group ({held_out[0]})" in result.stdout
+
+
 @pytest.mark.parametrize("case", ["bad-regex", "regex-matches-nothing", "column-missing", "no-split", "one-group",
                                   "group-regex-on-an-array"])
 def test_a_bad_group_option_is_one_line_and_writes_nothing(run_cli, tmp_path, case):

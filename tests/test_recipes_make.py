@@ -284,7 +284,7 @@ def test_a_source_with_spaces_and_quotes_reaches_ingest_as_one_argument(tmp_path
     assert fake.make("OUT=out", f"SOURCE={source}").returncode == 0
     assert [call[1] for call in fake.calls if call[0] == "ingest"] == [str(source), str(source)]
     table = fake.calls[-1]
-    assert table[table.index("--title") + 1] == f"{source} test split"
+    assert table[table.index("--title") + 1] == "my photos 'raw' test split"  # the folder's name, as every recipe
 
 
 def test_the_folder_recipe_titles_the_table_with_the_folders_name_spaces_included(tmp_path):

@@ -78,6 +78,18 @@ def test_hippo_n_eigenvalues_are_conjugate_pairs_with_real_part_minus_half():
     np.testing.assert_allclose(v.conj().T @ v, np.eye(8), atol=1e-9)  # a unitary eigenbasis
 
 
+def test_a_real_part_trained_to_zero_or_above_is_clipped_to_minus_1e_4_so_the_state_still_decays():
+    # an update can push Re(Lambda) to 0 or above; the layer then uses -1e-4 (S5 clip_eigs), |Lambda_bar| < 1
+    layer = S5(2, 6, nnx.Rngs(0))
+    layer.lambda_re[...] = jnp.array([0.3, 0.0, -0.2], jnp.float32)
+    lam, _ = layer.eigenvalues()
+    np.testing.assert_allclose(np.asarray(lam.real), [-1e-4, -1e-4, -0.2], rtol=1e-6)
+    steps = np.exp(np.asarray(layer.log_step[...], np.float64))
+    lambda_bar, _ = layer.discretize()
+    np.testing.assert_allclose(np.abs(np.asarray(lambda_bar)), np.exp(np.array([-1e-4, -1e-4, -0.2]) * steps), rtol=1e-6)
+    assert (np.abs(np.asarray(lambda_bar)) < 1.0).all()
+
+
 def test_s5_layer_gradients_match_finite_differences_in_float64():
     layer = S5(3, 4, nnx.Rngs(0))
     graphdef, state = nnx.split(layer)

@@ -251,3 +251,16 @@ def parse_hxw(value: str | None, option: str) -> tuple[int, int] | None:
     if len(dims) != 2 or min(dims) <= 0:
         raise click.BadParameter(f"expected HxW such as 64x64, got {value!r}", param_hint=option)
     return dims  # type: ignore[return-value]
+
+
+SHOWN_GROUPS = 5  # the ingest summary names a split's groups up to this many (all of them in --json)
+
+
+def groups_phrase(summary: dict) -> str:
+    """", 1 group (spk3)" / ", 12 groups": the part of an ingest summary line that says which groups
+    of a grouped split the dataset holds; "" without groups."""
+    if "groups" not in summary:
+        return ""
+    count, names = summary["groups"], summary.get("group_names") or []
+    shown = f" ({', '.join(names)})" if 0 < len(names) <= SHOWN_GROUPS else ""
+    return f", {count} group{'' if count == 1 else 's'}{shown}"

@@ -35,7 +35,8 @@ def command(run, output, step, weights, full, as_json, verbose, quiet):
     FILE.safetensors holds one encoder under bare names (with --all: each name prefixed by its
     part). `jepa import-checkpoint` reads an --all .pth.tar back into the same weights. The
     optimizer's moments are not written. A run the official model cannot compute (another token
-    mixer, another LayerNorm epsilon than the official one, non-square audio patches) is refused.
+    mixer, another LayerNorm epsilon than the official one, non-square audio patches, a normalised
+    log-mel input) is refused.
 
     \b
     Examples:

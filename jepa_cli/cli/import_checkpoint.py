@@ -24,9 +24,11 @@ IJEPA_ONLY = ("model", "patch_size", "pred_depth", "pred_width", "width", "depth
               help="The training crop size: I-JEPA default 224 (448 for the 448-px ViT-H/16 release); V-JEPA "
                    "default from the position embeddings.")
 @click.option("--num-frames", type=click.IntRange(min=1), default=None,
-              help="V-JEPA: frames per clip (default 16, as every release), to read the grid from the shapes.")
+              help="V-JEPA: frames per clip, to read the grid from the shapes (default 16, as every release; "
+                   "needed for another size).")
 @click.option("--mel-bins", type=click.IntRange(min=1), default=None,
-              help="Audio-JEPA: mel bins of the spectrogram (default 128, the release's), to read the grid.")
+              help="Audio-JEPA: mel bins of the spectrogram, to read the grid (default 128, the release's; "
+                   "needed for another size).")
 @click.option("--pred-depth", type=click.IntRange(min=1), default=None, help="I-JEPA: predictor depth (default 12).")
 @click.option("--pred-width", type=click.IntRange(min=4), default=None, help="I-JEPA: predictor width (default 384).")
 @click.option("--width", type=click.IntRange(min=4), default=None, help="I-JEPA: encoder width, overriding --model's.")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, progress_bar, stderr_console, stderr_log
+from jepa_cli.cli.common import (SEED, emit, groups_phrase, output_options, parse_hxw, progress_bar, stderr_console,
+                                 stderr_log)
 from jepa_cli.cli.complete import complete_sources
 
 
@@ -101,6 +102,6 @@ def command(source, out, labels_path, size, channels, sample_rate, seconds, labe
         stderr_console(quiet).print(f"skipped {summary['skipped']} unreadable file(s)", style="yellow")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} uint8"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
-         + (f", {summary['groups']} groups" if "groups" in summary else "")
+         + groups_phrase(summary)
          + (f", skipped {summary['skipped']}" if summary["skipped"] else "")
          + (f", padded {summary['padded']} short clip(s)" if summary.get("padded") else ""))

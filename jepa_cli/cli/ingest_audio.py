@@ -3,7 +3,7 @@ cli/ingest.py, kept here so that the image command stays as it was."""
 
 from __future__ import annotations
 
-from jepa_cli.cli.common import emit, progress_bar, stderr_console, stderr_log
+from jepa_cli.cli.common import emit, groups_phrase, progress_bar, stderr_console, stderr_log
 
 
 def ingest_audio_command(source, out, labels_path, size, channels, sample_rate, seconds, label_regex, group_regex,
@@ -24,5 +24,5 @@ def ingest_audio_command(source, out, labels_path, size, channels, sample_rate, 
         stderr_console(quiet).print(f"skipped {summary['skipped']} unreadable file(s)", style="yellow")
     emit(summary, as_json, f"wrote {summary['path']}: {summary['shape']} float32 audio at {summary['sample_rate']} Hz"
          + (f", {summary['num_classes']} classes" if summary["labelled"] else ", unlabelled")
-         + (f", {summary['groups']} groups" if "groups" in summary else "")
+         + groups_phrase(summary)
          + (f", skipped {summary['skipped']}" if summary["skipped"] else ""))

@@ -227,7 +227,7 @@ def ingest_audio(source: AudioSource, out: str | Path, *, sample_rate: int = DEF
         "seconds": round(time.perf_counter() - start, 3),
     }
     if side_groups is not None:
-        summary["groups"] = len(side_groups)
+        summary["groups"], summary["group_names"] = len(side_groups), side_groups
     if source.labels is not None:
         summary["label_histogram"] = np.bincount(kept_labels, minlength=len(source.class_names)).tolist()
     return summary

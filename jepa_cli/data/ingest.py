@@ -191,7 +191,7 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     if "padded" in source.attributes:
         summary["padded"] = len(source.attributes["padded"])
     if side_groups is not None:
-        summary["groups"] = len(side_groups)
+        summary["groups"], summary["group_names"] = len(side_groups), side_groups
     if source.labels is not None:
         summary["label_histogram"] = np.bincount(kept_labels, minlength=len(source.class_names)).tolist()
     return summary

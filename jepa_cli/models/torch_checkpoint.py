@@ -231,8 +231,8 @@ def _deepen(node: _Node, depth: int, path: set) -> None:
 
 
 def check_nesting(data: bytes) -> None:
-    """ValueError when the pickle `data` would build an object nested more than MAX_NESTING deep (or a
-    cycle), or is malformed; found from its opcodes alone, before anything is unpickled."""
+    """ValueError when the pickle `data` would build an object nested more than MAX_NESTING deep, or is
+    malformed; found from its opcodes alone, before anything is unpickled."""
     stack: list[_Node] = []
     marks: list[int] = []  # the stack's length at each MARK not yet popped
     memo: dict[Any, _Node] = {}

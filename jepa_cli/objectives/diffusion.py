@@ -33,7 +33,7 @@ from jepa_cli.objectives.generative import GenerativeObjective, expand
 
 T_MIN, T_MAX = 1e-3, 1.0 - 1e-3  # cosine: keep alpha and sigma away from 0
 TIME_SCALE = 1000.0  # the time embedding sees 1000 t (cosine) or 1000 c_noise (edm)
-SIGMA_MIN, SIGMA_MAX, RHO = 0.002, 80.0, 7.0  # EDM sampling grid (Karras et al. 2022, Table 1)
+SIGMA_MIN, SIGMA_MAX, RHO = 0.002, 80.0, 7.0  # EDM sampling grid at sigma_data 0.5 (Karras et al. 2022, Table 1)
 LOGVAR_CHANNELS = 128  # Fourier features of the logvar head (networks_edm2.py Precond, logvar_channels=128)
 LOGVAR_SEED = 0  # the fixed frequencies and phases of those features (buffers, never trained, in EDM2)
 

@@ -51,7 +51,6 @@ def random_directions(key, dim: int, num_slices: int = NUM_SLICES):
 
 def sigreg(embeddings, key, num_slices: int = NUM_SLICES, num_knots: int = NUM_KNOTS, t_max: float = T_MAX):
     """SIGReg of embeddings [N, D] on num_slices directions drawn from `key` (a new key each update
-    draws new directions, as the reference redraws them every step): a scalar, near 0 for a standard
-    normal batch, of order N for a collapsed one."""
-    directions = jax.lax.stop_gradient(random_directions(key, embeddings.shape[-1], num_slices))
-    return epps_pulley_sliced(embeddings, directions, num_knots, t_max)
+    draws new directions, as the reference redraws them every step): a scalar, about 1 for a standard
+    normal batch whatever N, of order N for a collapsed or mis-scaled one."""
+    return epps_pulley_sliced(embeddings, random_directions(key, embeddings.shape[-1], num_slices), num_knots, t_max)

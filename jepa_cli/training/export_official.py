@@ -19,7 +19,7 @@ By default only one encoder is written (`weights`: the target, as the JEPAs eval
 `target_encoder`; or the context encoder, under `encoder`); `full` writes all three, which `jepa
 import-checkpoint` reads back. The optimizer's moments are not written (the importer does not read
 them either). A run whose model the official one cannot compute (another token mixer, another
-LayerNorm epsilon, non-square audio patches) is refused.
+LayerNorm epsilon, non-square audio patches, Audio-JEPA's log-mel normalised by `spec_norm`) is refused.
 
 safetensors (the format of Hugging Face and timm): one encoder is written under its bare official
 names (`blocks.0.attn.qkv.weight`, no wrapper prefix), so the official `VisionTransformer.
