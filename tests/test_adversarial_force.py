@@ -13,34 +13,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
-from adversarial import HELD, assert_one_error_line, expect_refusal, jepa_env, release_held, run_jepa, snapshot
+from adversarial import HELD, assert_one_error_line, expect_refusal, jepa_env, release_held, run_jepa
+from test_adversarial_train import finished_run, toy_data  # noqa: F401 - fixtures: a 4-step toy run, its data
 from test_encode import trained as run_and_data  # noqa: F401 - a fixture: one tiny I-JEPA run at step 0
 
 from jepa_cli.data import store
-from jepa_cli.training.config import build_config
-from jepa_cli.training.loop import train
 
 TESTS = Path(__file__).resolve().parent
 TOY_ENV = {"PYTHONPATH": str(TESTS)}  # toy_objective importable in the subprocess
 TOY = ["--objective", "toy_objective:make", "--mesh", "data=1", "--batch-size", "16", "--warmup-steps", "1"]
-
-
-@pytest.fixture(scope="module")
-def toy_data(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("toy") / "toy.zarr"
-    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
-    store.write_array(path / "inputs", np.random.default_rng(0).integers(0, 256, (64, 8, 8, 1), dtype=np.uint8))
-    return path
-
-
-@pytest.fixture
-def finished_run(toy_data, tmp_path) -> Path:
-    """A toy run of 4 steps with checkpoints at steps 2 and 4 (trained in this process)."""
-    run = tmp_path / "run"
-    train(build_config(dict(objective="toy_objective:make", data=str(toy_data), out=str(run), steps=4,
-                            batch_size=16, mesh="data=1", save_every=2, warmup_steps=1)))
-    return run
 
 
 def _held(marker: Path, target: str, *args) -> subprocess.Popen:

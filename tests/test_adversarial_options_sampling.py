@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from adversarial import assert_one_error_line, expect_refusal, jepa_env, run_jepa, start_held
+from test_adversarial_plot_env_completion import run  # noqa: F401 - a fixture: a run with logged rows
 
 from jepa_cli.data import store
 
@@ -155,29 +156,18 @@ def test_sigterm_mid_sampling_always_exits_143_with_its_line(flow_run, tmp_path)
 
 # ---- plot labels -------------------------------------------------------------------------------------
 
-@pytest.fixture
-def logged_run(tmp_path) -> Path:
-    """A run directory with five logged losses (no checkpoint is needed to plot)."""
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "run.json").write_text(json.dumps({"jepa_kind": "run", "config": {"objective": "ijepa"},
-                                              "lengths": {"steps": 5}, "status": "finished"}))
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 6)))
-    return run
-
-
-def test_a_label_with_unbalanced_mathtext_dollars_is_drawn_as_written(logged_run, tmp_path):
+def test_a_label_with_unbalanced_mathtext_dollars_is_drawn_as_written(run, tmp_path):
     pytest.importorskip("matplotlib")
-    result = run_jepa("plot", logged_run, "-o", tmp_path / "c.png", "--label", r"$\frac{$", timeout=120)
+    result = run_jepa("plot", run, "-o", tmp_path / "c.png", "--label", r"$\frac{$", timeout=120)
     assert result.returncode == 0, result.stderr.decode()
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_a_label_starting_with_an_underscore_is_shown_in_the_legend(logged_run, tmp_path):
+def test_a_label_starting_with_an_underscore_is_shown_in_the_legend(run, tmp_path):
     pytest.importorskip("matplotlib")
     pictures = []
     for label in ("_x", "_y"):
-        result = run_jepa("plot", logged_run, "-o", tmp_path / f"{label}.png", "--label", label, timeout=120)
+        result = run_jepa("plot", run, "-o", tmp_path / f"{label}.png", "--label", label, timeout=120)
         assert result.returncode == 0, result.stderr.decode()
         pictures.append((tmp_path / f"{label}.png").read_bytes())
     assert pictures[0] != pictures[1]  # a legend left out would draw both the same
