@@ -1,5 +1,6 @@
 """Shared test helpers. Tests run JAX on the CPU; 8 simulated devices let sharding tests run on CPU."""
 
+import contextlib
 import functools
 import inspect
 import os
@@ -20,7 +21,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's `jepa` subprocesses that run on one device share one persistent XLA cache inside the
 # checkout (jepa's own JEPA_CACHE_DIR, not the user's ~/.cache). Processes that simulate several CPU
 # devices, this one included, keep none, as `jepa` itself does (cli/main.py, compilation_cache_dir):
-# a step whose all-reduces were loaded from the cache can deadlock, and a second run of the suite did.
+# a step whose all-reduces were loaded from the cache can deadlock.
 # The price is the compiles one test repeats of another's (benchmarks/NOTES.md, "The test suite").
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # a developer's own setting: the deadlock above
@@ -63,6 +64,23 @@ def zarr_attributes(path: Path) -> dict:
 def nothing_written(parent: Path, name: str) -> bool:
     """No `name` in `parent`, and none of the hidden partials (`.name.*`) that atomic writes stage there."""
     return not any(p.name == name or p.name.startswith(f".{name}.") for p in parent.iterdir())
+
+
+@contextlib.contextmanager
+def file_size_limit(size: int):
+    """Inside the block this process may not write a file past `size` bytes: the write fails with
+    EFBIG as on a full disk (SIGXFSZ ignored, so it is an OSError, not the end of the process)."""
+    import resource
+    import signal
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
 
 
 def assert_user_error(result: CliResult, *fragments: str) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_user_error
+from conftest import assert_user_error, file_size_limit
 
 DATA = Path(__file__).parent / "data"
 OFFICIAL = DATA / "official_ijepa_tiny.pth.tar"
@@ -517,18 +517,19 @@ def test_a_saved_config_that_builds_no_model_is_one_line_naming_the_step(run, ru
 
 
 def test_a_full_disk_for_the_digest_leaves_the_committed_step_whole_and_no_temporary_file(tmp_path, monkeypatch):
-    import errno
-
     import jax
 
+    from jepa_cli.data import files
+    from jepa_cli.training import checkpoint
     from jepa_cli.training.checkpoint import DIGEST_FILE, Checkpoints
 
-    def full(self, *args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full(path, data):  # the digest's write meets a full disk half way (the file size limit stands in for it)
+        with file_size_limit(len(data) // 2):
+            files.replace_file(path, data)
 
     state = {"params": {"w": np.arange(6, dtype=np.float32)}}
     ckpts = Checkpoints(tmp_path / "run", async_save=False)
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(checkpoint, "replace_file", full)
     ckpts.save(1, state, {}, {})
     monkeypatch.undo()
     target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.SingleDeviceSharding(

@@ -293,3 +293,20 @@ def test_check_room_refuses_more_disk_than_is_free(tmp_path, monkeypatch):
 
 def test_format_bytes():
     assert [resources.format_bytes(n) for n in (512, 1536, 3 << 30, 7 << 40)] == ["512 B", "1.5 KiB", "3.0 GiB", "7.0 TiB"]
+
+
+# --- replacing a kept file ---------------------------------------------------------------------------
+
+def test_a_file_replaced_on_a_full_disk_keeps_its_old_bytes_and_leaves_no_sibling(tmp_path):
+    from conftest import file_size_limit
+
+    from jepa_cli.data.files import replace_file
+
+    path = tmp_path / "run.json"
+    path.write_bytes(b"old")
+    with pytest.raises(OSError):
+        with file_size_limit(4096):
+            replace_file(path, b"x" * 10_000)
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    replace_file(path, b"new")
+    assert path.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]

@@ -1,6 +1,7 @@
 """Reading the files the toolkit parses (run.json, metrics.jsonl, zarr.json, job.json, ...) and the
 files it hands to other readers (zarr chunks, .npy sources): only regular files, and for JSON up to a
 size and a nesting depth, as UTF-8. Anything else is one InputError naming the file (docs/formats.md).
+Rewriting such a file goes through `replace_file`, the one way the toolkit replaces a file it keeps.
 
 A named pipe, a device or a socket is refused before it is read: reading one would wait forever
 (a pipe with no writer) or never end (/dev/zero).
@@ -173,3 +174,37 @@ def read_jsonl(path: str | os.PathLike, limit: int = JSONL_LIMIT) -> list[tuple[
             continue
         out.append((raw.decode("utf-8"), value))
     return out
+
+
+def replace_file(path: str | os.PathLike, data: bytes) -> None:
+    """Writes `data` as the file `path`, atomically and durably: into the hidden sibling `.NAME.tmp`,
+    flushed to disk, renamed over `path`, and the folder flushed so that the rename outlives a crash.
+    A reader (or a crash, a kill, a full disk) sees the old file or the new one, never part of one;
+    on any failure (SIGINT/SIGTERM included) the sibling is removed and the exception goes on."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: str | os.PathLike) -> None:
+    """Flushes the folder's entries (a rename or a new file in it) to disk; a file system that cannot
+    open or flush a folder is left as it is."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

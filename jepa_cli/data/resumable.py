@@ -11,6 +11,7 @@ bookkeeping before the directory is moved into place (docs/formats.md, "Resumabl
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data.files import read_json
+from jepa_cli.data.files import read_json, replace_file
 
 PARTIAL_SUFFIX = ".partial"
 JOB_FILE = "job.json"
@@ -55,7 +56,7 @@ def open_partial(tmp: Path, job: dict[str, Any], layout: dict[str, Any], log: Ca
         shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     (tmp / PROGRESS_DIR).mkdir()
     record = {"job": job, **layout}
-    job_path.write_text(json.dumps(record, indent=2))
+    replace_file(job_path, json.dumps(record, indent=2).encode())
     return record
 
 
@@ -77,9 +78,9 @@ def read_unit(tmp: Path, unit: int, log: Callable[[str], None]) -> dict[str, np.
 def mark_unit(tmp: Path, unit: int, **arrays: np.ndarray) -> None:
     """Records unit `unit` as finished (its rows written), keeping `arrays`; atomic (rename)."""
     progress = tmp / PROGRESS_DIR
-    with open(progress / f".{unit:08d}.tmp.npz", "wb") as fh:
-        np.savez(fh, **arrays)
-    os.replace(progress / f".{unit:08d}.tmp.npz", progress / f"{unit:08d}.npz")
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    replace_file(progress / f"{unit:08d}.npz", buffer.getvalue())
 
 
 def finish(tmp: Path) -> None:

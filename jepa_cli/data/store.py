@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli import __version__
-from jepa_cli.data.files import check_regular_tree, read_json
+from jepa_cli.data.files import check_regular_tree, read_json, replace_file
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark, signals_deferred
 
 GROUP_METADATA = "zarr.json"
@@ -33,9 +33,7 @@ def write_group(path: str | os.PathLike, attributes: dict[str, Any]) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     meta = {"zarr_format": 3, "node_type": "group", "attributes": utf8_text(attributes)}
-    tmp = path / (GROUP_METADATA + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    os.replace(tmp, path / GROUP_METADATA)
+    replace_file(path / GROUP_METADATA, json.dumps(meta, indent=2, sort_keys=True).encode())
 
 def utf8_text(value: Any) -> Any:
     """`value` with every string (in nested dicts, lists and tuples too) made valid UTF-8.

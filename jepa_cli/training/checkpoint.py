@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import jax
 
-from jepa_cli.data.files import read_json
+from jepa_cli.data.files import read_json, replace_file
 from jepa_cli.errors import InputError
 from jepa_cli.training.run import is_step_name
 from jepa_cli.training.abandoned_reads import settle_abandoned_reads_at_exit, silence_abandoned_reads
@@ -118,16 +118,10 @@ def _file_digests(step_dir: Path) -> dict[str, str]:
 
 
 def write_digest(step_dir: str | Path) -> None:
-    """Writes step_dir/DIGEST_FILE (through a temporary file renamed into place) for a committed step."""
+    """Writes step_dir/DIGEST_FILE (files.replace_file) for a committed step."""
     step_dir = Path(step_dir)
     record = {"algorithm": "sha256", "files": _file_digests(step_dir)}
-    tmp = step_dir / f".{DIGEST_FILE}.tmp"
-    try:
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, step_dir / DIGEST_FILE)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_file(step_dir / DIGEST_FILE, json.dumps(record, indent=1).encode())
 
 
 def digest_problem(step_dir: str | Path) -> str | None:

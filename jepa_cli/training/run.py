@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data.files import DamagedFile, read_json, read_jsonl
+from jepa_cli.data.files import DamagedFile, read_json, read_jsonl, replace_file
 from jepa_cli.errors import InputError
 
 RUN_FILE = "run.json"
@@ -192,10 +192,7 @@ def saved_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
-    path = Path(run_dir) / RUN_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=_jsonable))
-    os.replace(tmp, path)
+    replace_file(Path(run_dir) / RUN_FILE, json.dumps(record, indent=2, default=_jsonable).encode())
 
 
 def _jsonable(v):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from jepa_cli.data.files import read_jsonl
+from jepa_cli.data.files import read_jsonl, replace_file
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import TrainConfig
 from jepa_cli.training.run import (LOCK_FILE, METRICS_FILE, RUN_FILE, RunLock, busy_run, checkpoint_steps,
@@ -204,10 +204,4 @@ def truncate_metrics(path: Path, step: int) -> None:
     for line, row in read_jsonl(path):
         if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
             keep.append(line)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text("".join(k + "\n" for k in keep))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk mid-write: no half-written copy left beside the file
-        raise
+    replace_file(path, "".join(k + "\n" for k in keep).encode())
