@@ -1,5 +1,5 @@
 """`jepa ingest` of an audio source (a folder of wav/flac/ogg, or builtin:tones): the audio branch of
-cli/ingest.py, kept here so that the image command stays as it was."""
+cli/ingest.py, in its own module so that the image command holds no audio code."""
 
 from __future__ import annotations
 
