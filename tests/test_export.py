@@ -90,7 +90,7 @@ def test_an_exported_run_imports_back_to_the_same_weights_bit_for_bit(trained, t
 def test_the_export_of_an_imported_official_checkpoint_holds_its_tensors(imported, tmp_path):
     assert _cli("export", imported, "-o", tmp_path / "again.pth.tar", "--all", "-q").exit_code == 0
     official, exported = _read(OFFICIAL), _read(tmp_path / "again.pth.tar")
-    assert sorted(exported) == ["encoder", "epoch", "predictor", "target_encoder"]
+    assert sorted(exported) == ["encoder", "epoch", "jepa_model", "predictor", "target_encoder"]
     assert exported["epoch"] == 3  # step 30 of 10 iterations per epoch
     for part in ("encoder", "predictor", "target_encoder"):
         assert sorted(exported[part]) == sorted(official[part])  # module.-prefixed, pos_embed tables included
@@ -98,12 +98,25 @@ def test_the_export_of_an_imported_official_checkpoint_holds_its_tensors(importe
             assert np.array_equal(exported[part][name], value), (part, name)
 
 
+def test_the_epoch_written_counts_whole_epochs_of_a_step_between_two(imported, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(imported, run)
+    record = json.loads((run / "run.json").read_text())
+    record["lengths"]["ipe"] = 7
+    (run / "run.json").write_text(json.dumps(record))
+    assert _cli("export", run, "-o", tmp_path / "x.pth.tar", "-q").exit_code == 0
+    assert _read(tmp_path / "x.pth.tar")["epoch"] == 4  # step 30 at 7 updates an epoch: 4 whole epochs (28), 2 more
+
+
 def test_one_encoder_is_written_under_the_official_key_of_its_weights(imported, tmp_path):
     official = _read(OFFICIAL)
     _cli("export", imported, "-o", tmp_path / "target.pth.tar", "-q")
     _cli("export", imported, "-o", tmp_path / "context.pth.tar", "--weights", "context", "-q")
     target, context = _read(tmp_path / "target.pth.tar"), _read(tmp_path / "context.pth.tar")
-    assert sorted(target) == ["epoch", "target_encoder"] and sorted(context) == ["encoder", "epoch"]
+    assert sorted(target) == ["epoch", "jepa_model", "target_encoder"]
+    assert sorted(context) == ["encoder", "epoch", "jepa_model"]
     name = "module.blocks.0.attn.qkv.weight"
     assert np.array_equal(target["target_encoder"][name], official["target_encoder"][name])
     assert np.array_equal(context["encoder"][name], official["encoder"][name])
@@ -170,6 +183,19 @@ def test_the_writer_keeps_plain_values_and_every_storage_dtype(tmp_path):
         {"epoch": 2**40, "neg": -70000, "lr": 0.5, "none": None, "list": [1, "x", (2, 3)]}
     for name, value in obj["t"].items():
         assert back["t"][name].dtype == value.dtype and np.array_equal(back["t"][name], value), name
+
+
+def test_integers_of_every_width_read_back_through_pythons_own_unpickler():
+    import io
+    import pickle
+
+    from jepa_cli.models.torch_writer import torch_checkpoint_bytes
+
+    # beyond 32 bits each integer is a LONG1 of bit_length // 8 + 1 bytes (two's complement, a sign bit)
+    values = [255, 256, 65535, 65536, 2**31 - 1, 2**31, -2**31, -2**31 - 1, 2**47 - 1, 2**47, 2**48, -2**47,
+              -2**47 - 1, 2**55, 2**63 - 1, 2**63, -2**63, 2**64]
+    with zipfile.ZipFile(io.BytesIO(torch_checkpoint_bytes({"values": values}))) as archive:
+        assert pickle.loads(archive.read("archive/data.pkl")) == {"values": values}
 
 
 @pytest.mark.parametrize("case", ["exists", "no-run", "not-a-run", "suffix", "weights-and-all", "other-objective"])

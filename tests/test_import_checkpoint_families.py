@@ -302,10 +302,11 @@ def test_the_export_of_an_imported_official_checkpoint_holds_every_tensor(vjepa_
     official = read_torch_checkpoint(source, inert=True)
     exported = read_torch_checkpoint(tmp_path / name)
     if which == "vjepa":  # facebookresearch/jepa's dict, names as saved through DDP and MultiMaskWrapper
-        assert sorted(exported) == ["encoder", "epoch", "predictor", "target_encoder"] and exported["epoch"] == 2
+        assert sorted(exported) == ["encoder", "epoch", "jepa_model", "predictor", "target_encoder"]
+        assert exported["epoch"] == 2
         pairs = [(official[p], exported[p]) for p in ("encoder", "predictor", "target_encoder")]
     else:  # Lightning's epoch, global_step and state_dict
-        assert sorted(exported) == ["epoch", "global_step", "state_dict"]
+        assert sorted(exported) == ["epoch", "global_step", "jepa_model", "state_dict"]
         assert (exported["epoch"], exported["global_step"]) == (3, 120)
         pairs = [(official["state_dict"], exported["state_dict"])]
     for want, got in pairs:

@@ -7,7 +7,8 @@ import click
 from jepa_cli.cli.common import emit, output_options, stderr_log
 from jepa_cli.errors import InputError
 
-# the I-JEPA model options and their defaults (in1k_vith14); V-JEPA and Audio-JEPA sizes are read from the shapes
+# the I-JEPA model options and their defaults (in1k_vith14), below what a `jepa export` file records; V-JEPA and
+# Audio-JEPA sizes are read from the shapes
 IJEPA_DEFAULTS = {"model": "huge", "patch_size": 14, "image_size": 224, "pred_depth": 12, "pred_width": 384}
 IJEPA_ONLY = ("model", "patch_size", "pred_depth", "pred_width", "width", "depth")
 
@@ -53,7 +54,10 @@ def command(checkpoint, output, objective, model, patch_size, image_size, num_fr
     facebookresearch/ijepa and facebookresearch/jepa `torch.save` dicts (encoder, predictor,
     target_encoder; `module.` and `backbone.` prefixes dropped) and Audio-JEPA's Lightning
     checkpoint (its state_dict). V-JEPA (ViT-L/16, ViT-H/16, ViT-H/16 at 384 px) and Audio-JEPA
-    (ViT-B/16) sizes are read from the tensors' shapes; I-JEPA's are given by the options. Every
+    (ViT-B/16) sizes are read from the tensors' shapes; I-JEPA's are given by the options. A file
+    `jepa export` wrote (.pth.tar, .ckpt or .safetensors) records its model's size and reads back
+    without options (given ones win); one of a single encoder imports as an encoder-only run, which
+    encodes and probes but cannot be resumed. Every
     shape is checked before a tensor is read, and RUN gets one checkpoint: the context encoder and
     predictor as params, the target encoder as the EMA. encode-latents, probe, ema-inspect and
     `train --resume` use it like any run (the optimizer's moments are not imported).
@@ -64,7 +68,7 @@ def command(checkpoint, output, objective, model, patch_size, image_size, num_fr
       jepa import-checkpoint vitl16.pth.tar -o runs/vjepa-vitl16
       jepa encode-latents runs/vjepa-vitl16 clips.zarr -o emb.zarr
     """
-    from jepa_cli.training.import_official import ImportOptions, detect_family, import_checkpoint
+    from jepa_cli.training.import_official import ImportOptions, detect_family, import_checkpoint, read_checkpoint
 
     log = stderr_log(quiet or as_json and not verbose)
     given = {"model": model, "patch_size": patch_size, "image_size": image_size, "pred_depth": pred_depth,
@@ -74,9 +78,7 @@ def command(checkpoint, output, objective, model, patch_size, image_size, num_fr
     if family is None:
         from pathlib import Path
 
-        from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
-
-        family = detect_family(read_torch_checkpoint(checkpoint, keys=(), inert=True), Path(checkpoint))
+        family = detect_family(read_checkpoint(Path(checkpoint)), Path(checkpoint))
     misplaced = [k for k, v in given.items() if v is not None and (
         (family != "ijepa" and k in IJEPA_ONLY) or (family != "vjepa" and k == "num_frames")
         or (family != "audio-jepa" and k == "mel_bins") or (family == "audio-jepa" and k == "image_size"))]
@@ -86,10 +88,9 @@ def command(checkpoint, output, objective, model, patch_size, image_size, num_fr
                          "its shapes)" if family != "ijepa" else f"{flag} applies to V-JEPA or Audio-JEPA checkpoints, "
                          f"and {checkpoint} is an I-JEPA one")
     config = {k: v for k, v in given.items() if v is not None}
-    if family == "ijepa":
-        config = {**IJEPA_DEFAULTS, **config}
-    result = import_checkpoint(checkpoint, output, ImportOptions(objective_config=config, ipe=ipe, epochs=epochs),
-                               objective=objective, log=log)
+    options = ImportOptions(objective_config=config, defaults=IJEPA_DEFAULTS if family == "ijepa" else {}, ipe=ipe,
+                            epochs=epochs)
+    result = import_checkpoint(checkpoint, output, options, objective=objective, log=log)
     emit(result, as_json, lambda r: print(f"wrote {r['run']}: {r['objective']} step {r['step']} (epoch {r['epoch']}), "
                                           f"{r['encoder_params']:,} encoder and {r['predictor_params']:,} "
                                           f"predictor parameters from {r['source']}"))

@@ -86,7 +86,7 @@ def _key(default: Any, rule: _Rule, help: str, flag: str | None = None, aliases:
 @dataclasses.dataclass
 class TrainConfig:
     objective: str = _key("ijepa", _Rule("str", choices=OBJECTIVE_NAMES, allow_module=True),
-                          "What is learned: ijepa | vjepa (video) | audio-jepa | flow | diffusion.")
+                          "What is learned: ijepa | vjepa (video) | audio-jepa | flow | diffusion | lejepa.")
     data: str | None = _key(None, _Rule("str", nullable=True), "Dataset directory (zarr v3, from jepa ingest).")
     out: str | None = _key(None, _Rule("str", nullable=True),
                            "Run directory (checkpoints, metrics.jsonl, run.json).", flag="--output",
@@ -153,6 +153,11 @@ class TrainConfig:
                                   "TRAIN.zarr,TEST.zarr: the labelled datasets of --probe-every (kept in memory).")
     probe_k: int = _key(20, _Rule("int", 1),  # DINO's k-NN protocol; `jepa probe knn --k`
                         "Neighbours of the training-time k-NN probe.")
+    # the label-free figure of the target encoder (evaluation/quality.py)
+    quality_batch: int = _key(256, _Rule("int", 0),
+                              "Log sigreg_quality every --log-every updates: SIGReg of the target encoder's pooled "
+                              "features of the first N training examples (fewer if the dataset is smaller), "
+                              "on fixed directions; 0 turns it off.")
     # the objective's own options (IJEPAConfig fields, mask options), as resolved by the objective
     objective_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -385,9 +390,12 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
     stored: dict[str, Any] = {}
     out = cli_values.get("out")
     if resume and out and (Path(out) / "run.json").exists():
+        from jepa_cli.training.import_official import check_resumable
         from jepa_cli.training.run import read_run
 
-        stored = dict(read_run(out).get("config", {}))
+        record = read_run(out)
+        check_resumable(record, out)
+        stored = dict(record.get("config", {}))
         stored["objective_config"] = {k: v for k, v in stored.get("objective_config", {}).items()
                                       if k != "total_updates"}  # recomputed from the run length
         toml_layer = load_toml(toml_path) if toml_path else {}

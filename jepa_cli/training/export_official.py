@@ -19,7 +19,14 @@ By default only one encoder is written (`weights`: the target, as the JEPAs eval
 `target_encoder`; or the context encoder, under `encoder`); `full` writes all three, which `jepa
 import-checkpoint` reads back. The optimizer's moments are not written (the importer does not read
 them either). A run whose model the official one cannot compute (another token mixer, another
-LayerNorm epsilon, non-square audio patches, Audio-JEPA's log-mel normalised by `spec_norm`) is refused.
+LayerNorm epsilon, non-square audio patches, Audio-JEPA's log-mel normalised by `spec_norm`) is refused,
+as is one of a geometry the official classes are not built with: I-JEPA's VisionTransformer and
+V-JEPA's take one `img_size` (square images and frames), and V-JEPA's builds a 2-D image model for
+`num_frames` 1. Audio-JEPA's takes any (frames, mel bins) `input_size`.
+
+The model's geometry (`geometry`) is recorded where the official loaders do not look: the
+checkpoint dict's `jepa_model` key, and the safetensors metadata of that name, so that `jepa
+import-checkpoint` reads the export back without options.
 
 safetensors (the format of Hugging Face and timm): one encoder is written under its bare official
 names (`blocks.0.attn.qkv.weight`, no wrapper prefix), so the official `VisionTransformer.
@@ -45,6 +52,7 @@ from jepa_cli.errors import InputError
 FORMATS = {".safetensors": "safetensors", ".pth.tar": "torch", ".pth": "torch", ".pt": "torch",
            ".ckpt": "torch"}  # .ckpt: Lightning's name for a torch.save file
 PARTS = ("encoder", "predictor", "target_encoder")  # the official checkpoint's keys, in its order
+MODEL_KEY = "jepa_model"  # the geometry record: a key no official loader reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +124,44 @@ def _check_official(run_dir: Path, name: str, objective: Any) -> Any:
         pt, pm = objective.config.patch_shape
         raise InputError(f"{run_dir}: its patches are {pt} frames x {pm} mel bins; the official {layout.title} "
                          "model takes square patch_size patches")
+    if name in ("ijepa", "vjepa"):
+        from jepa_cli.models.config import _pair
+
+        h, w = _pair(model.image_size)
+        if h != w:  # img_size is one side: the official pos_embed is a square grid's
+            what = "images" if name == "ijepa" else "frames"
+            raise InputError(f"{run_dir}: its {what} are {h}x{w} pixels (image_size); the official {layout.title} "
+                             f"VisionTransformer takes square {what} (img_size is one side), so its pos_embed "
+                             "would not load")
+    if name == "vjepa" and model.num_frames == 1:
+        raise InputError(f"{run_dir}: its clips are 1 frame (num_frames); the official {layout.title} "
+                         "VisionTransformer builds an image model for num_frames 1 (a 2-D patch embedding), "
+                         "which the export's tubelet weights do not load into")
     return model
+
+
+def geometry(name: str, objective: Any) -> dict[str, Any]:
+    """The model's geometry as the import options name it: sizes of the encoder and predictor, patch,
+    input channels and the input's extent (I-JEPA and V-JEPA: `image_size`, one side, and the
+    per-channel `mean` and `std`; V-JEPA also frames and tubelet; Audio-JEPA: spectrogram frames
+    and mel bins)."""
+    from jepa_cli.models.config import _pair
+
+    model, config = objective.model_config, objective.config
+    out: dict[str, Any] = {"objective": name, "model": str(getattr(config, "model", model.model)),
+                           "width": int(model.embed_dim), "depth": int(model.encoder_depth),
+                           "heads": int(model.num_heads), "mlp_ratio": float(model.encoder_mlp_ratio),
+                           "patch_size": int(model.patch_size), "channels": int(model.channels),
+                           "pred_width": int(model.pred_width), "pred_depth": int(model.pred_depth),
+                           "pred_heads": int(model.predictor_heads)}
+    if name == "audio-jepa":
+        out.update(frames=int(config.frames), mel_bins=int(config.mel_bins))
+    else:  # and the input normalisation, so that the imported run encodes as this one
+        out.update(image_size=int(_pair(model.image_size)[0]), mean=[float(v) for v in config.norm_mean],
+                   std=[float(v) for v in config.norm_std])
+    if name == "vjepa":
+        out.update(num_frames=int(model.num_frames), tubelet_size=int(model.tubelet_size))
+    return out
 
 
 def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: int | None = None,
@@ -182,6 +227,7 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
             checkpoint = {part: collections.OrderedDict((f"{layout.prefix}{k}", v) for k, v in tensors.items())
                           for part, tensors in parts.items()}
             checkpoint["epoch"] = epoch
+        checkpoint[MODEL_KEY] = geometry(name, objective)
         data = torch_checkpoint_bytes(checkpoint)
     else:
         from safetensors.numpy import save
@@ -190,9 +236,92 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
                 for k, v in tensors.items()}
         metadata = {"format": "pt", "objective": name, "layout": layout.repository, "parts": ",".join(parts),
                     "step": str(step), "epoch": str(epoch),
-                    "model": json.dumps(config.get("objective_config") or {}, sort_keys=True, default=str)}
+                    "model": json.dumps(config.get("objective_config") or {}, sort_keys=True, default=str),
+                    MODEL_KEY: json.dumps(geometry(name, objective), sort_keys=True)}
         data = save(flat, metadata=metadata)
     write_file(output, data, False, b"", "checkpoint")
     return {"output": str(output), "format": kind, "run": str(run_dir), "objective": name, "parts": list(parts),
             "step": int(step), "epoch": epoch, "tensors": sum(len(t) for t in parts.values()),
             "parameters": int(sum(v.size for t in parts.values() for v in t.values())), "bytes": len(data)}
+
+
+def _literal(values: Any) -> str:
+    """A Python literal of floats, as the snippet writes them (repr: they read back exactly)."""
+    return "[" + ", ".join(repr(float(v)) for v in values) + "]"
+
+
+def snippet(run_dir: str | os.PathLike) -> str:
+    """The PyTorch code that loads RUN's `jepa export` (its target encoder, the default file) into
+    the official encoder class at RUN's size and runs it on an input normalised as RUN's was: the
+    official imports, the constructor's arguments, a strict load and one forward pass, mean-pooled
+    as `jepa encode-latents` pools. Refused as `export_run` refuses a run the official model cannot
+    compute. Reads run.json only; writes nothing."""
+    from jepa_cli.training.config import build_config
+    from jepa_cli.training.run import make_objective, read_run
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    record = read_run(run_dir)
+    name = record["config"].get("objective")
+    if name not in OFFICIAL:
+        raise InputError(f"{run_dir}: a {name!r} run; the official classes are those of "
+                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} runs only")
+    cfg = build_config(record["config"])
+    objective = make_objective(cfg.objective, cfg.objective_config)
+    _check_official(run_dir, name, objective)
+    g, layout, config = geometry(name, objective), OFFICIAL[name], objective.config
+    checkout = layout.repository.split("/")[1]
+    file = f"{run_dir.name or 'run'}.{'ckpt' if layout.lightning else 'pth.tar'}"
+    head = [f"# {layout.title} encoder of {run_dir} in PyTorch, with the official code of {layout.repository}.",
+            f"# Export it first:  jepa export {run_dir} -o {file}",
+            f"# and run this where {checkout}/ is a checkout of {layout.repository}"
+            + (" in its own environment (its package imports flash_attn and lightning)." if layout.lightning
+               else "."),
+            "import sys", "from functools import partial", "", "import torch", "import torch.nn as nn", "",
+            f'sys.path.insert(0, "{checkout}")']
+    load = [f'checkpoint = torch.load("{file}", map_location="cpu", weights_only=True)']
+    if name == "ijepa":
+        body = ["from src.models.vision_transformer import VisionTransformer", "",
+                f"encoder = VisionTransformer(img_size=[{g['image_size']}], patch_size={g['patch_size']}, "
+                f"in_chans={g['channels']}, embed_dim={g['width']}, depth={g['depth']}, num_heads={g['heads']}, "
+                f"mlp_ratio={g['mlp_ratio']!r}, qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=1e-6))", *load,
+                'state = {k.removeprefix("module."): v for k, v in checkpoint["target_encoder"].items()}']
+        shape, what = f"2, {g['channels']}, {g['image_size']}, {g['image_size']}", "[B, C, H, W]"
+    elif name == "vjepa":
+        body = ["from src.models.vision_transformer import VisionTransformer", "",
+                f"encoder = VisionTransformer(img_size={g['image_size']}, patch_size={g['patch_size']}, "
+                f"num_frames={g['num_frames']}, tubelet_size={g['tubelet_size']}, in_chans={g['channels']}, "
+                f"embed_dim={g['width']}, depth={g['depth']}, num_heads={g['heads']}, mlp_ratio={g['mlp_ratio']!r}, "
+                "qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=1e-6), uniform_power=True)", *load,
+                'state = {k.removeprefix("module.backbone."): v for k, v in checkpoint["target_encoder"].items()}']
+        shape = f"2, {g['channels']}, {g['num_frames']}, {g['image_size']}, {g['image_size']}"
+        what = "[B, C, T, H, W]"
+    else:
+        body = ["from src.models.components.vision_transformer import VisionTransformer", "",
+                f"encoder = VisionTransformer(input_size=({g['frames']}, {g['mel_bins']}), "
+                f"patch_size=({g['patch_size']}, {g['patch_size']}), in_chans=1, embed_dim={g['width']}, "
+                f"depth={g['depth']}, num_heads={g['heads']}, mlp_ratio={g['mlp_ratio']!r}, qkv_bias=True, "
+                "norm_layer=partial(nn.LayerNorm, eps=1e-5), use_flash_attn=False)", *load,
+                'state = {k.removeprefix("target_encoder."): v for k, v in checkpoint["state_dict"].items()}']
+    body += ["encoder.load_state_dict(state, strict=True)", "encoder.eval()", ""]
+    if name == "audio-jepa":
+        hop = config.seconds * 1000.0 / config.frames
+        body += [f"# the run's input: the log-mel of {config.seconds:g} s clips at {config.sample_rate} Hz, "
+                 f"{config.frames} frames (hop {hop:.2f} ms, a {config.window} window of {config.window_hops:g} hops), "
+                 f"{config.mel_bins} mel bins from {config.fmin:g} to {config.fmax:g} Hz,",
+                 "# not normalised: Audio-JEPA's src/data/components/mel_spec.py (kaldi.fbank) at these values",
+                 f"spectrograms = torch.randn(2, 1, {config.frames}, {config.mel_bins})  # [B, 1, frames, mel bins]",
+                 "with torch.no_grad():",
+                 "    features = encoder(spectrograms)  # [B, tokens, width]"]
+    else:
+        c = g["channels"]
+        mean, std = (tuple(v) * (c if len(v) == 1 else 1) for v in (config.norm_mean, config.norm_std))
+        body += [f"# the run's normalisation: pixels in [0, 1] (uint8 / 255), then (x - mean) / std per channel",
+                 f"mean = torch.tensor({_literal(mean)}).view(1, {c}{', 1' * (len(what.split(',')) - 2)})",
+                 f"std = torch.tensor({_literal(std)}).view(1, {c}{', 1' * (len(what.split(',')) - 2)})",
+                 f"pixels = torch.rand({shape})  # {what} in [0, 1], resized and centre-cropped to {g['image_size']} px",
+                 "with torch.no_grad():",
+                 "    features = encoder((pixels - mean) / std)  # [B, tokens, width]"]
+    body += ["embedding = features.mean(dim=1)  # [B, width], mean-pooled as jepa encode-latents pools"]
+    return "\n".join(head + body) + "\n"

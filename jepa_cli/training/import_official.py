@@ -11,6 +11,14 @@ Three official layouts (the family is told by the file: `detect_family`):
   `encoder.`, `target_encoder.` and `predictor.` names (its hyper-parameters pickle other classes:
   they are kept inert, never run); the model is read from the shapes (ViT-B/16 the release).
 
+A file of one encoder (`jepa export` without `--all`: `target_encoder` or `encoder` alone, with no
+predictor) imports as an encoder-only run: that encoder is both the params' encoder and the EMA, the
+predictor is zeros, and run.json's `imported.parts` names the one part; it encodes and probes like
+any run, and `train --resume` refuses it (`check_resumable`). `jepa export`'s own files record the
+model's geometry (`jepa_model`, training/export_official.py) and read back without options; the
+options given win over it, field by field. A `.safetensors` export reads back too (its metadata
+names the objective, parts and epoch).
+
 What is imported: the context encoder and the predictor as the run's params, the target encoder as
 its EMA, the step (`epoch x ipe` for the official dicts, which store epochs; Lightning's
 `global_step`). What is not: the optimizer's moments (AdamW starts from zero on `--resume`) and the
@@ -81,6 +89,7 @@ class ImportOptions:
     the schedules of a resumed run): None is the family's."""
 
     objective_config: dict[str, Any]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # below the file's own record
     ipe: int | None = None
     epochs: int | None = None
     batch_size: int | None = None
@@ -123,11 +132,11 @@ def detect_family(checkpoint: Any, source: Path) -> str:
             raise InputError(f"{source}: a Lightning checkpoint, but its state_dict has no encoder., predictor. or "
                              "target_encoder. parameters (not an Audio-JEPA checkpoint)")
         return "audio-jepa"
-    missing = [k for k in PARTS if k not in checkpoint]
+    missing = [k for k in PARTS if k not in checkpoint] if one_encoder(checkpoint) is None else []
     if missing:
         raise InputError(f"{source}: not an I-JEPA, V-JEPA or Audio-JEPA checkpoint (no {', '.join(missing)}; it has "
                          f"{', '.join(sorted(map(str, checkpoint)))[:200] or 'nothing'})")
-    encoder = checkpoint["encoder"]
+    encoder = checkpoint[one_encoder(checkpoint) or "encoder"]
     if isinstance(encoder, Mapping):
         from jepa_cli.models.convert import strip_wrappers
 
@@ -141,9 +150,22 @@ def detect_family(checkpoint: Any, source: Path) -> str:
                      "I-JEPA or V-JEPA encoder")
 
 
+def one_encoder(checkpoint: Mapping) -> str | None:
+    """'encoder' or 'target_encoder' for a checkpoint that holds that one encoder and no predictor
+    (`jepa export` without --all), None for any other: an official dict's keys, or the parts of a
+    Lightning state_dict."""
+    parts = _lightning_parts(checkpoint) if "state_dict" in checkpoint and not any(k in checkpoint for k in PARTS) \
+        else {k: checkpoint.get(k) for k in PARTS}
+    if parts is None:
+        return None
+    present = [k for k in PARTS if parts.get(k)]
+    return present[0] if len(present) == 1 and present[0] != "predictor" else None
+
+
 def official_parts(checkpoint: Any, source: Path, family: str = "ijepa") -> dict[str, Mapping[str, Any]]:
     """{'encoder', 'predictor', 'target_encoder'} state dicts (names without wrapper prefixes) of a
-    loaded checkpoint of `family`, their tensors NumPy arrays or TensorRefs (shapes)."""
+    loaded checkpoint of `family`, their tensors NumPy arrays or TensorRefs (shapes); of a file of
+    one encoder (`one_encoder`), that part alone."""
     from jepa_cli.models.convert import strip_wrappers
 
     title = FAMILIES[family].title
@@ -152,18 +174,22 @@ def official_parts(checkpoint: Any, source: Path, family: str = "ijepa") -> dict
         if parts is None:
             raise InputError(f"{source}: not an Audio-JEPA Lightning checkpoint (no state_dict of encoder., "
                              "predictor. and target_encoder. parameters)")
-        missing = [k for k in PARTS if not parts[k]]
+        single = one_encoder(checkpoint)
+        if single is not None:
+            parts = {single: parts[single]}
+        missing = [k for k in PARTS if k not in parts or not parts[k]] if single is None else []
         if missing:
             raise InputError(f"{source}: its state_dict has no {', '.join(k + '.' for k in missing)} parameters "
                              "(an Audio-JEPA checkpoint has encoder, predictor and target_encoder)")
     else:
         if not isinstance(checkpoint, Mapping):
             raise InputError(f"{source}: holds a {type(checkpoint).__name__}, not the dict of an {title} checkpoint")
-        missing = [k for k in PARTS if k not in checkpoint]
+        single = one_encoder(checkpoint)
+        missing = [k for k in PARTS if k not in checkpoint] if single is None else []
         if missing:
             raise InputError(f"{source}: not an {title} checkpoint (no {', '.join(missing)}; it has "
                              f"{', '.join(sorted(map(str, checkpoint)))[:200] or 'nothing'})")
-        parts = {k: checkpoint[k] for k in PARTS}
+        parts = {k: checkpoint[k] for k in ((single,) if single else PARTS)}
     out = {}
     for key, part in parts.items():
         if not _state_dict(part):
@@ -225,6 +251,20 @@ def _heads(releases: dict, width: int, depth: int, given: dict, title: str, sour
     return {"model": "tiny", "width": width, "depth": depth, "heads": given["heads"]}
 
 
+def _encoder_of(parts: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The context encoder's state dict, or the one encoder of a one-encoder file."""
+    return parts["encoder"] if "encoder" in parts else parts["target_encoder"]
+
+
+def _predictor_fields(pred: Mapping[str, Any] | None, source: Path, given: Mapping[str, Any]) -> dict[str, Any]:
+    """pred_width and pred_depth from the predictor's shapes (None: a one-encoder file, whose
+    predictor is the given one or the objective's default), pred_heads as given."""
+    if pred is None:
+        return {k: given.get(k) for k in ("pred_width", "pred_depth", "pred_heads")}
+    return {"pred_width": _shape(pred, "predictor_embed.weight", source, "predictor", 2)[0],
+            "pred_depth": _depth(pred, "predictor_blocks.", source, "predictor"), "pred_heads": given.get("pred_heads")}
+
+
 def infer_vjepa_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
                        given: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The VJEPAConfig model fields of a V-JEPA checkpoint, from its shapes alone: width, channels,
@@ -233,7 +273,7 @@ def infer_vjepa_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
     with `num_frames` (16, as every release, unless given) and a square crop. `given` (heads,
     pred_heads, num_frames, image_size) completes what shapes cannot tell."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
-    enc, pred = parts["encoder"], parts["predictor"]
+    enc, pred = _encoder_of(parts), parts.get("predictor")
     width, channels, tubelet, patch, patch_w = _shape(enc, "patch_embed.proj.weight", source, "encoder", 5)
     if patch != patch_w:
         raise InputError(f"{source}: patches of {patch}x{patch_w} pixels; the ViT here takes square patches")
@@ -259,11 +299,8 @@ def infer_vjepa_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
         raise InputError(f"{source}: a {fields['model']} encoder with patch {patch}, tubelet {tubelet}, {frames} frames "
                          f"at {image} px is not a V-JEPA release (ViT-L/16, ViT-H/16 at 224 px, ViT-H/16 at 384 px); "
                          "give --heads to import it as another size")
-    pred_width, _ = _shape(pred, "predictor_embed.weight", source, "predictor", 2)
     config = {**fields, "patch_size": patch, "image_size": image, "num_frames": frames, "tubelet_size": tubelet,
-              "channels": channels, "pred_width": pred_width,
-              "pred_depth": _depth(pred, "predictor_blocks.", source, "predictor"),
-              "pred_heads": given.get("pred_heads")}
+              "channels": channels, **_predictor_fields(pred, source, given)}
     return {k: v for k, v in config.items() if v is not None}
 
 
@@ -274,7 +311,7 @@ def infer_audio_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
     predictor width from predictor_embed [W, D], and the spectrogram's frames from pos_embed [1, N, D]
     with `mel_bins` (128 unless given). `given` (heads, pred_heads, mel_bins) completes them."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
-    enc, pred = parts["encoder"], parts["predictor"]
+    enc, pred = _encoder_of(parts), parts.get("predictor")
     width, channels, pt, pf = _shape(enc, "patch_embed.proj.weight", source, "encoder", 4)
     if channels != 1:
         raise InputError(f"{source}: a patch embedding of {channels} input channels; Audio-JEPA reads one-channel "
@@ -291,11 +328,125 @@ def infer_audio_config(parts: Mapping[str, Mapping[str, Any]], source: Path,
     if mel % pt or n % (mel // pt):
         raise InputError(f"{source}: {n} position embeddings are not a grid of {mel} mel bins in patches of {pt}; "
                          "give --mel-bins")
-    pred_width, _ = _shape(pred, "predictor_embed.weight", source, "predictor", 2)
-    config = {**fields, "patch_size": pt, "mel_bins": mel, "frames": n // (mel // pt) * pt, "pred_width": pred_width,
-              "pred_depth": _depth(pred, "predictor_blocks.", source, "predictor"),
-              "pred_heads": given.get("pred_heads")}
+    config = {**fields, "patch_size": pt, "mel_bins": mel, "frames": n // (mel // pt) * pt,
+              **_predictor_fields(pred, source, given)}
     return {k: v for k, v in config.items() if v is not None}
+
+
+# the recorded geometry fields each family's import takes (the rest its shapes tell)
+RECORDED = {"ijepa": ("model", "width", "depth", "heads", "mlp_ratio", "patch_size", "image_size", "pred_width",
+                      "pred_depth", "pred_heads", "mean", "std"),
+            "vjepa": ("heads", "pred_heads", "num_frames", "image_size", "pred_width", "pred_depth", "mean", "std"),
+            "audio-jepa": ("heads", "pred_heads", "mel_bins", "pred_width", "pred_depth")}
+
+
+def recorded_model(checkpoint: Mapping, source: Path, family: str) -> dict[str, Any]:
+    """The import options that `jepa export`'s geometry record (`jepa_model`) gives for `family`; {}
+    for a file without one (the official releases). InputError naming the file for a record that is
+    not the geometry export writes."""
+    from jepa_cli.training.export_official import MODEL_KEY
+
+    record = checkpoint.get(MODEL_KEY)
+    if record is None:
+        return {}
+    if not isinstance(record, Mapping):
+        raise InputError(f"{source}: its {MODEL_KEY} is a {type(record).__name__}, not the geometry record jepa "
+                         "export writes")
+    if record.get("objective", family) != family:
+        raise InputError(f"{source}: its {MODEL_KEY} describes a {str(record.get('objective'))[:40]!r} model, the "
+                         f"file holds an {FAMILIES[family].title} one")
+    out = {}
+    for key in RECORDED[family]:
+        value = record.get(key)
+        if value is None:
+            continue
+        if key == "model":
+            ok = isinstance(value, str)
+        elif key == "mlp_ratio":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e3
+        elif key in ("mean", "std"):
+            ok = isinstance(value, list) and 0 < len(value) <= 64 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+        else:
+            ok = type(value) is int and 0 < value <= 2**20
+        if not ok:
+            raise InputError(f"{source}: its {MODEL_KEY} has {key} {str(value)[:40]!r}, not the "
+                             f"{'size name' if key == 'model' else 'numbers' if key in ('mean', 'std') else 'positive number'} "
+                             "jepa export writes")
+        out[key] = value
+    return out
+
+
+def _safetensors(source: Path, objective: str | None, load: bool) -> dict[str, Any]:
+    """A `jepa export` .safetensors file as the checkpoint its objective's trainer saves (a dict of
+    parts, or Lightning's state_dict), tensors loaded (`load`) or zero-stride stand-ins of their
+    shapes. Its metadata names the objective (else `objective`), the parts, epoch and step."""
+    import json
+
+    from safetensors import SafetensorError, safe_open
+
+    from jepa_cli.training.export_official import MODEL_KEY
+
+    if not source.is_file():
+        raise InputError(f"{source}: no such checkpoint file")
+    try:
+        with safe_open(str(source), "np") as f:
+            meta = f.metadata() or {}
+            tensors = {name: (f.get_tensor(name) if load else
+                              np.broadcast_to(np.float32(0), tuple(f.get_slice(name).get_shape())))
+                       for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise InputError(f"{source}: not a readable safetensors file ({str(exc)[:120]})") from None
+    family = meta.get("objective") or objective
+    if family not in FAMILIES:
+        raise InputError(f"{source}: its metadata names no I-JEPA, V-JEPA or Audio-JEPA objective (jepa export "
+                         "records it); give --objective")
+    parts = [p for p in str(meta.get("parts", "")).split(",") if p in PARTS] or ["target_encoder"]
+    if len(parts) == 1:
+        state = {parts[0]: tensors}
+    else:
+        state = {p: {k[len(p) + 1:]: v for k, v in tensors.items() if k.startswith(p + ".")} for p in parts}
+
+    def count(key: str) -> int:
+        value = str(meta.get(key, "0"))
+        if not (value.isascii() and value.isdigit()):
+            raise InputError(f"{source}: its metadata's {key} is {value[:40]!r}, not a count")
+        return int(value)
+
+    checkpoint: dict[str, Any] = {"epoch": count("epoch")}
+    if meta.get(MODEL_KEY):
+        try:
+            checkpoint[MODEL_KEY] = json.loads(meta[MODEL_KEY])
+        except ValueError:
+            raise InputError(f"{source}: its metadata's {MODEL_KEY} is not JSON") from None
+    if family == "audio-jepa":
+        checkpoint.update(global_step=count("step"),
+                          state_dict={f"{p}.{k}": v for p, part in state.items() for k, v in part.items()})
+    else:
+        checkpoint.update(state)
+    return checkpoint
+
+
+def read_checkpoint(source: Path, keys: tuple[str, ...] | None = (), objective: str | None = None,
+                    inert: bool = True) -> Any:
+    """The checkpoint at `source`: a torch.save file (tensors under `keys` loaded, the rest their
+    shapes; hyper-parameters of other classes kept inert), or a `jepa export` .safetensors (`keys`
+    empty: shapes only)."""
+    from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
+
+    if source.name.lower().endswith(".safetensors"):
+        return _safetensors(source, objective, load=keys is None or bool(keys))
+    return read_torch_checkpoint(source, keys=keys, inert=inert)
+
+
+def check_resumable(record: Mapping[str, Any], run: str | Path) -> None:
+    """InputError for `train --resume` of an encoder-only run (imported from a file of one encoder)."""
+    imported = record.get("imported")
+    parts = imported.get("parts") if isinstance(imported, Mapping) else None
+    if isinstance(parts, list) and "predictor" not in parts:
+        raise InputError(f"{run}: an encoder-only run (imported from {imported.get('source')}, which holds the "
+                         f"{' and '.join(str(p).replace('_', ' ') for p in parts)} alone): it holds no predictor "
+                         "and no optimizer state to resume; it encodes and probes, and `jepa train` starts a new run")
 
 
 def _check_shapes(ours: Any, want: Any, source: Path, what: str) -> None:
@@ -325,7 +476,7 @@ def _check_positions(shapes: Mapping[str, Mapping[str, Any]], model: Any, source
     tables = (("encoder", "pos_embed", model.embed_dim), ("target_encoder", "pos_embed", model.embed_dim),
               ("predictor", "predictor_pos_embed", model.pred_width))
     for part, table, width in tables:
-        if table in shapes[part]:
+        if part in shapes and table in shapes[part]:
             have = tuple(shapes[part][table].shape)
             need = (1, math.prod(grid), width)
             if have != need:
@@ -425,7 +576,6 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
 
     from jepa_cli.data.atomic import atomic_directory
     from jepa_cli.models.convert import from_official
-    from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
     from jepa_cli.errors import storage_failure
     from jepa_cli.training.abandoned_reads import silence_abandoned_reads
     from jepa_cli.training.checkpoint import Checkpoints, sha256_of
@@ -437,7 +587,7 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
         raise InputError(f"{out}: already exists (import-checkpoint never replaces a path: remove it or choose "
                          "another name)")
     # shapes first (no tensor read): the family, the model and every shape are checked before the bytes
-    layout = read_torch_checkpoint(source, keys=(), inert=True)
+    layout = read_checkpoint(source, keys=(), objective=objective)
     detected = detect_family(layout, source)
     if objective is not None and objective != detected:
         raise InputError(f"{source}: an {FAMILIES[detected].title} checkpoint, not an {FAMILIES[objective].title} "
@@ -446,17 +596,22 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     # zero-stride stand-ins of each tensor's shape: converted and checked without allocating it
     shapes = {k: {name: np.broadcast_to(np.float32(0), ref.shape) for name, ref in part.items()}
               for k, part in official_parts(layout, source, detected).items()}
+    present = tuple(k for k in PARTS if k in shapes)  # all three, or the one encoder of a one-encoder file
     try:  # every name checked against the official model's before its size is read from them
-        convert = {k: from_official(shapes[k], predictor=k == "predictor", family=detected) for k in PARTS}
+        convert = {k: from_official(shapes[k], predictor=k == "predictor", family=detected) for k in present}
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
-    given = dict(options.objective_config)
+    recorded = recorded_model(layout, source, detected)
+    given = {**recorded, **{k: v for k, v in options.objective_config.items() if v is not None}}
     if detected == "ijepa":  # the model is the options', its input channels the patch embedding's [D, C, p, p]
-        model = {**given, "channels": _shape(shapes["encoder"], "patch_embed.proj.weight", source, "encoder", 4)[1]}
+        encoder_shape = _shape(_encoder_of(shapes), "patch_embed.proj.weight", source, "encoder", 4)
+        model = {**options.defaults, **given, "channels": encoder_shape[1]}
     elif detected == "vjepa":
         model = infer_vjepa_config(shapes, source, given)
     else:
         model = infer_audio_config(shapes, source, given)
+    if detected != "ijepa":  # what the shapes do not tell and inference does not take
+        model.update({k: recorded[k] for k in ("mlp_ratio", "mean", "std") if k in recorded})
     step, epoch, ipe = _step(layout, family, options, source)
     cfg, lengths, table = _train_config(family, options, ipe, out)
     # the imported weights are float32 and so is their compute: features as the official float32 model's
@@ -465,18 +620,24 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     cfg.objective_config = objective_config_of(objective_, config)
 
     want = objective_.param_shapes()
-    _check_shapes(convert["encoder"], want["encoder"], source, "encoder")
-    _check_shapes(convert["predictor"], want["predictor"], source, "predictor")
-    _check_shapes(convert["target_encoder"], want["encoder"], source, "target encoder")
+    for part in present:
+        _check_shapes(convert[part], want["predictor" if part == "predictor" else "encoder"], source,
+                      part.replace("_", " "))
     _check_positions(shapes, objective_.model_config, source, detected)
 
-    checkpoint = read_torch_checkpoint(source, keys=("state_dict",) if detected == "audio-jepa" else PARTS,
-                                       inert=detected == "audio-jepa")
+    checkpoint = read_checkpoint(source, keys=("state_dict",) if detected == "audio-jepa" else present,
+                                 objective=detected, inert=detected == "audio-jepa")
     parts = official_parts(checkpoint, source, detected)
     check_finite(parts, source)
-    params = {"encoder": from_official(parts["encoder"], family=detected),
-              "predictor": from_official(parts["predictor"], predictor=True, family=detected)}
-    target = from_official(parts["target_encoder"], family=detected)
+    if len(present) == 1:  # an encoder-only run: the one encoder is both, the predictor zeros
+        encoder = from_official(parts[present[0]], family=detected)
+        params = {"encoder": encoder, "predictor": jax.tree.map(lambda w: np.zeros(w.shape, w.dtype),
+                                                                want["predictor"])}
+        target = encoder
+    else:
+        params = {"encoder": from_official(parts["encoder"], family=detected),
+                  "predictor": from_official(parts["predictor"], predictor=True, family=detected)}
+        target = from_official(parts["target_encoder"], family=detected)
     params = jax.tree.map(lambda v, w: np.asarray(v, w.dtype), params, want)
     target = jax.tree.map(lambda v, w: np.asarray(v, w.dtype), target, want["encoder"])
 
@@ -489,7 +650,7 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     record = {"jepa_kind": "run", "config": cfg.to_dict(), "lengths": lengths, "dataset": None,
               "status": "imported",
               "imported": {"source": source.name, "sha256": digest, "epoch": epoch, "ipe": ipe,
-                           "format": family.format}}
+                           "format": family.format, "parts": list(present)}}
     # A failed write (a full disk) leaves orbax's other writes in flight, each printing a traceback
     # from its thread: dropped, the error's one line says it all
     silence_abandoned_reads()
