@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO := demo
 
-.PHONY: demo test check bench venv clean
+.PHONY: demo test check bench mutants venv clean
 
 # uv installs the environment in about a third of pip's time (benchmarks/NOTES.md); pip stays in the
 # environment for the README's other installs.
@@ -33,6 +33,11 @@ check: venv
 # (a Python with torch, e.g. `pip install torch==2.13.0`) measures the official step in the same run.
 bench: venv
 	$(BIN)/python benchmarks/all.py $(if $(REFERENCE),--reference $(REFERENCE) --reference-python $(or $(REFERENCE_PYTHON),$(BIN)/python))
+
+# Declared one-line bugs (scripts/mutants.py), each applied to a temporary copy of the tree: the tests named
+# for it must fail. Exits non-zero when fewer than 90 % are caught.
+mutants: venv
+	$(BIN)/python scripts/mutants.py
 
 clean:
 	rm -rf $(VENV) $(DEMO)

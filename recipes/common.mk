@@ -18,6 +18,11 @@ q = '$(subst ','\'',$(1))'
 # $(call home,PATH): a leading ~/ as $(HOME)/, as the shell would have done to an unquoted path (zsh
 # leaves the ~ of SOURCE=~/photos to the command; spaces are kept through patsubst's word split).
 home = $(subst |space|, ,$(subst |home|,,$(patsubst |home|~/%,$(HOME)/%,|home|$(subst $(space),|space|,$(1)))))
+# $(call flag_value,--FLAG,WORDS): the word after --FLAG in WORDS (its last occurrence), else empty.
+flag_value = $(subst $(1)|,,$(lastword $(filter $(1)|%,$(join $(2),$(addprefix |,$(wordlist 2,$(words $(2)),$(2)))))))
+# $(WRITE) COMMAND...: the recipe line that writes COMMAND's stdout into the target $@ through $@.tmp,
+# renamed on success and removed on a failure or a signal (write-result.sh).
+WRITE = sh $(call q,$(COMMON_HERE)write-result.sh) $(call q,$@)
 # $(call differ,A,B): non-empty when A and B are different strings (each is empty after removing the
 # other only when they are equal).
 differ = $(subst $(1),,$(2))$(subst $(2),,$(1))

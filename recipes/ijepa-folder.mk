@@ -7,7 +7,8 @@
 #
 # The default RECIPE is jepa_cli/recipes/ijepa-small32.toml (a 6-block, 128-wide ViT with 4x4 patches for
 # 32x32 images; 1,500 updates of 128 took 29-37 min on CIFAR-10 on 2 CPU cores, docs/small-data.md).
-# For larger images raise SIZE and pass a larger model, e.g. TRAIN_FLAGS="--model small --patch-size 16".
+# For larger images raise SIZE (the dataset and the model both take it) and pass a larger model, e.g.
+# MODEL_FLAGS="--model small --patch-size 16".
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
 SOURCE ?= $(error set SOURCE=path/to/images (one subfolder per class))

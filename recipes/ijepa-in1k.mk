@@ -17,6 +17,7 @@ OUT ?= in1k
 TRAIN_SOURCE ?= $(IN1K)/train
 TEST_SOURCE ?= $(IN1K)/val
 SIZE ?= 256x256
+IMAGE_SIZE ?=  # the recipe's 224x224 crops of the 256x256 images, as the official recipe
 RECIPE ?= $(HERE)../jepa_cli/recipes/ijepa-in1k-vith14.toml
 INGEST_FLAGS ?= --channels 3 --skip-bad
 TITLE ?= ImageNet-1k val

@@ -10,11 +10,20 @@
 # One SOURCE is cut into a stratified 80/20 train/test split (SPLIT_SEED); TRAIN_SOURCE and
 # TEST_SOURCE name two sources instead (recipes/ijepa-in1k.mk). Every target is a file that appears
 # only when its command has succeeded: a dataset's zarr.json (jepa ingest renames the finished dataset
-# into place), or a command's --json result written to a temporary name and renamed. So make reruns
-# only what is stale (touch the recipe: both runs, the embeddings, the encoder probes and the table
-# rerun; the datasets and the raw probes stay) and an interrupted step never counts as done. A
-# changed variable reruns the steps whose command it changes (SIZE: everything; STEPS: the pretrained
-# run and what follows; a run is replaced with --force, never resumed). Runs from any directory; OUT
+# into place), or a command's --json result written to TARGET.tmp and renamed (recipes/write-result.sh,
+# which removes TARGET.tmp on a failure or a signal). So make reruns only what is stale (touch the
+# recipe: both runs, the embeddings, the encoder probes and the table rerun; the datasets and the raw
+# probes stay) and an interrupted step never counts as done. A changed variable reruns the steps whose
+# command it changes (SIZE: everything; STEPS or TRAIN_FLAGS: the pretrained run and what follows; a
+# run is replaced with --force, never resumed).
+# SIZE shapes the dataset and the model: ingest gets it through SHAPE_FLAGS (--size), both runs as
+# --image-size (IMAGE_SIZE, by default the --size in SHAPE_FLAGS; empty: the RECIPE's image_size).
+# The baseline (--steps 0) is the model the pretrained run starts from: it gets RECIPE, IMAGE_SIZE,
+# MESH and MODEL_FLAGS (the options that shape the encoder or its initialisation: --model,
+# --patch-size, --mixer, --seed, ...), not TRAIN_FLAGS (how it is trained: schedules, losses), so a
+# changed TRAIN_FLAGS leaves the baseline, its embeddings and its probes alone, but for its
+# --batch-size (a run's batch must fit its dataset); an encoder option in TRAIN_FLAGS is refused.
+# Runs from any directory; OUT
 # is relative to it and may not hold spaces; SOURCE may. RAW_PROBES= (empty) skips the probes of the raw inputs;
 # PROBE_TYPES chooses among linear, knn and attentive.
 
@@ -34,6 +43,8 @@ SPLIT_SEED ?= 0
 INGEST_FLAGS ?=
 STEPS ?=
 MESH ?=
+IMAGE_SIZE ?= $(call flag_value,--size,$(SHAPE_FLAGS))
+MODEL_FLAGS ?=
 TRAIN_FLAGS ?=
 PROBE_FLAGS ?=
 RAW_PROBES ?= yes
@@ -47,14 +58,20 @@ PROBES = $(foreach p,$(PROBE_TYPES),$(if $(RAW_PROBES),$(OUT)/probe-$(p)-raw.jso
 SPLIT = $(if $(call differ,$(TRAIN_SOURCE),$(TEST_SOURCE)),,--split $(1) --seed $(SPLIT_SEED))
 INGEST = ingest $(call q,$(call home,$(1))) $(call q,$(OUT)/data-$(2).zarr) $(SHAPE_FLAGS) $(call SPLIT,$(2)) $(INGEST_FLAGS) --force -q
 TRAIN = train --config $(call q,$(abspath $(RECIPE))) --data $(call q,$(OUT)/data-train.zarr) --force --json \
-        $(if $(MESH),--mesh $(MESH)) $(TRAIN_FLAGS) --out $(call q,$(OUT)/run-$(1))
+        $(if $(MESH),--mesh $(MESH)) $(if $(IMAGE_SIZE),--image-size $(IMAGE_SIZE)) $(MODEL_FLAGS) $(2) \
+        --out $(call q,$(OUT)/run-$(1))
+# The baseline runs at TRAIN_FLAGS's --batch-size: a run's batch must fit its dataset (it does not
+# change the initial weights).
+BATCH = $(call flag_value,--batch-size,$(TRAIN_FLAGS))
+# The options of `jepa train` that shape the encoder or its initialisation: MODEL_FLAGS, not TRAIN_FLAGS.
+MODEL_OPTIONS := --model --patch-size --image-size --mixer --ssm-state --ssm-step --scan-order --ssm-gaps --seed
 SOURCE_train = $(TRAIN_SOURCE)
 SOURCE_test = $(TEST_SOURCE)
 VARS := data-train data-test run-init run-pretrained probe table
 VARS_data-train = $(call INGEST,$(SOURCE_train),train)
 VARS_data-test = $(call INGEST,$(SOURCE_test),test)
-VARS_run-init = $(call TRAIN,init) --steps 0
-VARS_run-pretrained = $(call TRAIN,pretrained) $(if $(STEPS),--steps $(STEPS))
+VARS_run-init = $(call TRAIN,init,$(if $(BATCH),--batch-size $(BATCH))) --steps 0
+VARS_run-pretrained = $(call TRAIN,pretrained,$(TRAIN_FLAGS)) $(if $(STEPS),--steps $(STEPS))
 VARS_probe = $(PROBE_FLAGS)
 VARS_table = --title $(call q,$(TITLE)) $(foreach f,$(PROBES),$(call q,$(f)))
 PREREQ_FILES := RECIPE
@@ -72,32 +89,29 @@ $(OUT)/data-%.zarr/zarr.json: $(OUT)/.vars-data-%
 	$(JEPA) $(VARS_data-$*)
 
 $(OUT)/run-%.json: $(OUT)/data-train.zarr/zarr.json $(RECIPE) $(OUT)/.vars-run-%
-	$(JEPA) $(VARS_run-$*) > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(JEPA) $(VARS_run-$*)
 
 $(OUT)/emb-init-%.json: $(OUT)/run-init.json $(OUT)/data-%.zarr/zarr.json
-	$(JEPA) encode-latents $(call q,$(OUT)/run-init) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-init-$*.zarr) --force --json -q > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(JEPA) encode-latents $(call q,$(OUT)/run-init) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-init-$*.zarr) --force --json -q
 
 $(OUT)/emb-pretrained-%.json: $(OUT)/run-pretrained.json $(OUT)/data-%.zarr/zarr.json
-	$(JEPA) encode-latents $(call q,$(OUT)/run-pretrained) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-pretrained-$*.zarr) --force --json -q > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(JEPA) encode-latents $(call q,$(OUT)/run-pretrained) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-pretrained-$*.zarr) --force --json -q
 
 $(OUT)/probe-%-raw.json: $(OUT)/data-train.zarr/zarr.json $(OUT)/data-test.zarr/zarr.json $(OUT)/.vars-probe
-	$(JEPA) probe $* $(call q,$(OUT)/data-train.zarr) $(call q,$(OUT)/data-test.zarr) --raw --json $(PROBE_FLAGS) > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(JEPA) probe $* $(call q,$(OUT)/data-train.zarr) $(call q,$(OUT)/data-test.zarr) --raw --json $(PROBE_FLAGS)
 
 $(OUT)/probe-%-init.json: $(OUT)/emb-init-train.json $(OUT)/emb-init-test.json $(OUT)/.vars-probe
-	$(JEPA) probe $* $(call q,$(OUT)/emb-init-train.zarr) $(call q,$(OUT)/emb-init-test.zarr) --json $(PROBE_FLAGS) > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(JEPA) probe $* $(call q,$(OUT)/emb-init-train.zarr) $(call q,$(OUT)/emb-init-test.zarr) --json $(PROBE_FLAGS)
 
 $(OUT)/probe-%-pretrained.json: $(OUT)/emb-pretrained-train.json $(OUT)/emb-pretrained-test.json $(OUT)/.vars-probe
-	$(JEPA) probe $* $(call q,$(OUT)/emb-pretrained-train.zarr) $(call q,$(OUT)/emb-pretrained-test.zarr) --json $(PROBE_FLAGS) > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(JEPA) probe $* $(call q,$(OUT)/emb-pretrained-train.zarr) $(call q,$(OUT)/emb-pretrained-test.zarr) --json $(PROBE_FLAGS)
 
 $(OUT)/table.txt: $(PROBES) $(OUT)/.vars-table
-	$(PYTHON) $(call q,$(HERE)../scripts/probe_table.py) $(VARS_table) > $(call q,$@.tmp)
-	@mv $(call q,$@.tmp) $(call q,$@)
+	$(WRITE) $(PYTHON) $(call q,$(HERE)../scripts/probe_table.py) $(VARS_table)
+
+$(if $(filter $(MODEL_OPTIONS) $(addsuffix =%,$(MODEL_OPTIONS)),$(TRAIN_FLAGS)),$(error TRAIN_FLAGS has \
+  $(firstword $(filter $(MODEL_OPTIONS) $(addsuffix =%,$(MODEL_OPTIONS)),$(TRAIN_FLAGS))), which shapes the encoder: \
+  pass it in MODEL_FLAGS (both runs, the baseline too, take those)))
 
 # A source that is not there would fail in jepa ingest, once per split, among make's own lines: when
 # an ingest is about to run, say it once, before anything runs.

@@ -3,13 +3,21 @@
 # the raw clips, the random initialisation and the pretrained encoder (mean-pooled; OUT/table.txt;
 # docs/video.md). The steps and their files are recipes/quickstart.mk's.
 #
-#   make -f recipes/vjepa-moving-digits.mk [OUT=moving-digits] [STEPS=...]
-#   make -f recipes/vjepa-moving-digits.mk SOURCE=videos/ SHAPE_FLAGS="--frames 16 --frame-stride 4 --size 64x64"
+#   make -f recipes/vjepa-moving-digits.mk [OUT=moving-digits] [STEPS=...] [SIZE=32x32]
+#   make -f recipes/vjepa-moving-digits.mk SOURCE=videos/ FRAMES=16 SIZE=64x64 INGEST_FLAGS="--frame-stride 4"
+#
+# SIZE is the frame size of the dataset (ingest --size) and of the model (train --image-size); FRAMES
+# the frames a clip (ingest --frames; empty: the source's, 16 for builtin:moving-digits and for video
+# files), which the model takes from the dataset (the RECIPE leaves num_frames out). The raw linear
+# probe reads every pixel of a clip: 16,384 features at 32x32 grey, 196,608 at 64x64 RGB, where its
+# fits take minutes (jepa probe warns); RAW_PROBES= (empty) leaves the raw probes out.
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
 OUT ?= moving-digits
 SOURCE ?= builtin:moving-digits
-SHAPE_FLAGS ?=
+SIZE ?= 32x32
+FRAMES ?=
+SHAPE_FLAGS ?= $(if $(FRAMES),--frames $(FRAMES) )--size $(SIZE)
 RECIPE ?= $(HERE)../jepa_cli/recipes/vjepa-moving-digits-tiny.toml
 
 include $(HERE)quickstart.mk

@@ -171,6 +171,16 @@ def test_precision_recall_density_and_coverage_count_samples_inside_knn_balls():
     assert density_coverage(fake, real, k=1) == {"density": 1.75, "coverage": 2 / 3}
 
 
+def test_a_sample_exactly_on_a_balls_edge_lies_inside_it():
+    from jepa_cli.evaluation.fd import density_coverage, precision_recall
+
+    # k = 1 on a line: real 0, 2 and 5 have squared radii 4, 4 and 9; fake -2 is at squared distance 4
+    # from 0 (the edge of its ball), 16 from 2 and 49 from 5: inside one ball, on its edge (all exact in float)
+    real, fake = np.array([[0.0], [2.0], [5.0]]), np.array([[-2.0], [-2.0]])
+    assert precision_recall(real, fake, k=1)["precision"] == 1.0
+    assert density_coverage(real, fake, k=1) == {"density": 1.0, "coverage": 1 / 3}
+
+
 def test_the_four_figures_match_their_definitions_on_random_sets_each_with_its_own_default_k():
     from jepa_cli.evaluation.fd import density_coverage, precision_recall
 

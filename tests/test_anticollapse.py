@@ -68,6 +68,15 @@ def test_the_terms_are_vicreg_s_on_the_pooled_features():
     assert float(covariance_penalty(z)) == 0.0
 
 
+def test_the_covariance_term_is_the_squared_off_diagonal_of_the_centred_batch_covariance_over_d():
+    from jepa_cli.objectives.telemetry import repr_cov_offdiag
+
+    # centred: [[1, 0], [0, 1], [-1, -1]]; C = zc^T zc / 2 = [[1, 0.5], [0.5, 1]]; off-diagonal squares 0.5
+    z = jnp.array([[2.0, 0.0], [1.0, 1.0], [0.0, -1.0]])
+    assert float(covariance_penalty(z)) == pytest.approx(0.5 / 2, rel=1e-6)  # over D = 2
+    assert float(repr_cov_offdiag(z)) == pytest.approx(np.sqrt(0.5 / 2), rel=1e-6)  # over D (D - 1) = 2
+
+
 @pytest.mark.parametrize("name, options", [("vjepa", VIDEO), ("audio-jepa", AUDIO)])
 @pytest.mark.parametrize("key, value, message", [
     ("var_weight", -0.5, "var_weight must be >= 0, got -0.5"),

@@ -34,6 +34,53 @@ def test_encode_equals_encode_latents_on_the_same_run_and_data(setup):
     assert np.array_equal(z, written)
 
 
+def _official_vit(weights, images, heads=4, patch=4, eps=1e-6):
+    """The official I-JEPA VisionTransformer's tokens [N, T, D] for normalised images [N, H, W, C], in
+    float64 NumPy from its PyTorch state dict (module.-prefixed): patch Conv2d, pos_embed, pre-norm blocks
+    (LayerNorm, attention with qkv bias, exact-GELU MLP), final LayerNorm."""
+    from scipy.special import erf
+
+    p = {k.removeprefix("module."): np.asarray(v, np.float64) for k, v in weights.items()}
+
+    def norm(x, name):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * p[f"{name}.weight"] + \
+            p[f"{name}.bias"]
+
+    def linear(x, name):
+        return x @ p[f"{name}.weight"].T + p[f"{name}.bias"]
+
+    n, h, w, c = images.shape
+    patches = images.reshape(n, h // patch, patch, w // patch, patch, c).transpose(0, 1, 3, 5, 2, 4)
+    x = patches.reshape(n, -1, c * patch * patch) @ p["patch_embed.proj.weight"].reshape(-1, c * patch * patch).T
+    x = x + p["patch_embed.proj.bias"] + p["pos_embed"][0]
+    d = x.shape[-1]
+    depth = 1 + max(int(k.split(".")[1]) for k in p if k.startswith("blocks."))
+    for i in range(depth):
+        q, k, v = linear(norm(x, f"blocks.{i}.norm1"), f"blocks.{i}.attn.qkv").reshape(
+            n, -1, 3, heads, d // heads).transpose(2, 0, 3, 1, 4)
+        a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d // heads)
+        a = np.exp(a - a.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        x = x + linear((a @ v).transpose(0, 2, 1, 3).reshape(n, -1, d), f"blocks.{i}.attn.proj")
+        y = linear(norm(x, f"blocks.{i}.norm2"), f"blocks.{i}.mlp.fc1")
+        x = x + linear(0.5 * y * (1.0 + erf(y / np.sqrt(2.0))), f"blocks.{i}.mlp.fc2")
+    return norm(x, "norm")
+
+
+def test_encode_of_plain_colour_images_is_the_official_vit_forward_computed_by_hand(setup):
+    from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
+
+    # a plain colour survives the evaluation resize and crop unchanged, so the encoder's input is
+    # (colour / 255 - mean) / std at every pixel; the embedding is the mean of the official model's tokens
+    colours = np.array([[200, 30, 90], [0, 255, 128]], np.uint8)
+    images = np.broadcast_to(colours[:, None, None, :], (2, 32, 32, 3)).copy()
+    normalised = (images / 255.0 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    expected = _official_vit(read_torch_checkpoint(OFFICIAL)["target_encoder"], normalised).mean(axis=1)
+    z = api.load_run(setup[0]).encode(images)
+    assert z.shape == (2, 64) and np.abs(expected).max() > 1.0
+    np.testing.assert_allclose(z, expected, rtol=0, atol=1e-5)
+
+
 def test_encode_tokens_of_the_context_encoder_equal_encode_latents_with_those_options(setup, tmp_path):
     run_dir, data_dir, _ = setup
     result = _cli("encode-latents", run_dir, data_dir, "-o", tmp_path / "tok.zarr", "--pool", "none", "--weights",

@@ -64,7 +64,7 @@ def test_step_offers_the_checkpoints_of_the_run_on_the_line(tree):
 def test_builtin_sources_and_choices(tree):
     assert bash_complete("jepa ingest b", tree) == ["builtin:digits", "builtin:moving-digits", "builtin:tones"]
     assert bash_complete("jepa train --model h", tree) == ["huge"]
-    assert bash_complete("jepa train --objective ", tree) == ["ijepa", "vjepa", "audio-jepa", "flow", "diffusion"]
+    assert bash_complete("jepa train --objective ", tree) == ["ijepa", "vjepa", "audio-jepa", "flow", "diffusion", "lejepa"]
     assert bash_complete("jepa train --data ", tree) == ["d.zarr", "notes/", "runs/"]
 
 

@@ -27,6 +27,12 @@ def test_ema_ramp_epochs_counts_updates_per_epoch_and_leaves_the_lr_schedule_alo
     assert (lengths["ema_t_max"], lengths["t_max"], lengths["steps"]) == (250.0, 50, 50)
 
 
+def test_ema_ramp_epochs_times_ipe_is_rounded_to_the_nearest_update():
+    assert ema_ramp_length(50, ramp_epochs=0.9, ipe=3) == 3.0  # 2.7 updates
+    assert ema_ramp_length(50, ramp_epochs=1.3, ipe=3) == 4.0  # 3.9 updates
+    assert ema_ramp_length(50, ramp_epochs=1.4, ipe=3) == 4.0  # 4.2 updates
+
+
 def test_ema_ramp_steps_wins_over_ema_ramp_epochs():
     assert _lengths(ema_ramp_steps=70, ema_ramp_epochs=2.5)["ema_t_max"] == 70.0
     assert ema_ramp_length(50, 1.0, ramp_steps=70) == 70.0

@@ -209,6 +209,14 @@ def test_a_short_or_non_numeric_list_is_not_summarised_and_nan_is_counted():
     assert numbers_summary([1, 2, 3, None, 5, 6, 7, 8, 9]) == "9 values, mean 5.12, range [1, 9], 1 not finite"
 
 
+def test_nan_and_infinity_inside_tuples_and_lists_become_null_in_a_description():
+    from jepa_cli.data.describe import json_finite
+
+    value = {"a": (1.5, float("nan")), "b": [float("inf"), (float("-inf"), 2)], "c": "x"}
+    assert json_finite(value) == {"a": [1.5, None], "b": [None, [None, 2]], "c": "x"}
+    json.dumps(json_finite(value), allow_nan=False)  # valid JSON
+
+
 def test_missing_source_is_refused(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", tmp_path / "nope", tmp_path / "o.zarr"), "nope", "no such file")
     assert nothing_written(tmp_path, "o.zarr")

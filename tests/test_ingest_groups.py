@@ -86,6 +86,18 @@ def test_a_group_split_is_the_same_for_the_same_seed(run_cli, tmp_path):
     assert groups[0] == groups[1] and len(groups[0]) == 1  # 0.2 of 20 samples: one group of 4
 
 
+def test_a_test_fraction_that_would_take_every_group_leaves_one_for_train():
+    from jepa_cli.data.splits import split_indices
+
+    # 0.9 of 6 samples is 5: the two groups of 3 both bring the test side closer to 5, but one stays
+    groups = np.array([0, 0, 0, 1, 1, 1])
+    for seed in range(4):
+        test = split_indices(None, 6, "test", 0.9, seed, groups)
+        train = split_indices(None, 6, "train", 0.9, seed, groups)
+        assert len(test) == len(train) == 3 and len(set(groups[test])) == len(set(groups[train])) == 1
+        assert sorted(np.concatenate([test, train])) == list(range(6))
+
+
 def test_image_labels_from_a_csv_replace_the_class_folders(run_cli, tmp_path):
     root = tmp_path / "flat"
     for name, value in (("a.png", 0), ("b.png", 9), ("c.png", 18)):

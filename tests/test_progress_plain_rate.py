@@ -33,6 +33,24 @@ def test_the_plain_rate_and_eta_leave_out_the_time_before_the_first_batch(capsys
     ]
 
 
+def test_a_plain_line_comes_at_each_new_tenth_or_after_plain_every_s_and_not_otherwise(capsys, clock):
+    # the defaults: nothing before 10 s, then a line when a new tenth is reached or 30 s after the last line
+    with common.progress_bar("encoding", 100, "images") as advance:
+        clock[0] = 11.0
+        advance(10)  # a new tenth, 11 s after the start
+        clock[0] = 15.0
+        advance(10)  # a new tenth, 4 s after the last line
+        clock[0] = 20.0
+        advance(1)  # the same tenth, 5 s after the last line: no line
+        clock[0] = 45.0
+        advance(1)  # the same tenth, 30 s after the last line
+    assert capsys.readouterr().err.splitlines() == [
+        "encoding: 10/100 images",
+        "encoding: 20/100 images, 2.5 images/s, ETA 32s",  # 10 in 4 s; 80 left
+        "encoding: 22/100 images, 0.4 images/s, ETA 3m41s",  # 12 in 34 s; 78 x 34 / 12 = 221 s
+    ]
+
+
 def test_seconds_left_counts_from_the_first_report():
     assert common.seconds_left((1, 600.0), 3, 10, 604.0) == 14.0  # 2 updates in 4 s, 7 left
     assert common.seconds_left((1, 600.0), 1, 10, 600.0) is None  # nothing timed yet

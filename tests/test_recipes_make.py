@@ -101,7 +101,7 @@ def test_a_failed_step_leaves_no_target(tmp_path):
     done = _make(Path("out"), recipe, "TRAIN_FLAGS=--lr -1", cwd=tmp_path)
     assert done.returncode != 0
     assert "jepa: error: --lr must be a number > 0, got -1.0" in done.stderr
-    assert not list((tmp_path / "out").glob("run-*.json"))
+    assert not list((tmp_path / "out").glob("run-pretrained.json*"))  # the baseline takes no TRAIN_FLAGS
 
 
 def _plan(name: str, *variables: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -119,8 +119,9 @@ def test_the_in1k_recipe_ingests_train_and_val_as_two_sources_and_trains_the_off
     assert ingests == [
         "jepa ingest 'imagenet/train' 'in1k/data-train.zarr' --size 256x256  --channels 3 --skip-bad --force -q",
         "jepa ingest 'imagenet/val' 'in1k/data-test.zarr' --size 256x256  --channels 3 --skip-bad --force -q"]
-    trains = [line for line in lines if line.startswith("jepa train")]
-    assert len(trains) == 2 and all("ijepa-in1k-vith14.toml" in t and "--mesh data=-1,fsdp=8" in t for t in trains)
+    trains = [line.split("' ", 2)[2] for line in lines if "write-result.sh' 'in1k/run-" in line]
+    assert len(trains) == 2 and all(t.startswith("jepa train") and "ijepa-in1k-vith14.toml" in t
+                                    and "--mesh data=-1,fsdp=8" in t and "--image-size" not in t for t in trains)
 
 
 def test_the_folder_recipe_splits_one_folder_and_needs_its_source(tmp_path):
@@ -138,7 +139,7 @@ def test_the_audio_and_video_recipes_are_the_quickstart_with_their_source_shape_
     assert "jepa ingest 'builtin:tones' 'tones/data-train.zarr' --sample-rate 16000 --seconds 1 --split train" in audio
     assert "audio-jepa-small.toml" in audio and "--size" not in audio
     video = _plan("vjepa-moving-digits.mk", cwd=tmp_path).stdout
-    assert "jepa ingest 'builtin:moving-digits' 'moving-digits/data-test.zarr'  --split test --seed 0" in video
+    assert "jepa ingest 'builtin:moving-digits' 'moving-digits/data-test.zarr' --size 32x32 --split test --seed 0" in video
     assert "vjepa-moving-digits-tiny.toml" in video
 
 

@@ -43,6 +43,14 @@ def test_runs_lists_every_run_below_a_folder_with_the_keys_that_differ(run_cli, 
     assert (b["step"], b["final_loss"], b["probe"], b["status"]) == (2, 0.6, None, "interrupted")
 
 
+def test_runs_in_folders_starting_with_a_dot_are_not_listed(run_cli, tmp_path):
+    two_runs(tmp_path / "runs")
+    fake_run(tmp_path / "runs" / ".trash" / "old", 1e-3, 8, [{"step": 1, "loss": 0.5}])
+    result = run_cli("runs", tmp_path / "runs", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [Path(row["run"]).parent.name for row in json.loads(result.stdout)["runs"]] == ["a", "b"]
+
+
 def test_a_run_named_directly_and_through_its_folder_is_listed_once(run_cli, tmp_path):
     a, _ = two_runs(tmp_path / "runs")
     result = run_cli("runs", a, tmp_path / "runs", "--json")

@@ -108,7 +108,7 @@ def test_the_options_are_declared_once_with_i_jepa_s_help_and_the_reference_s_de
         fields = [{f.name: f for f in dataclasses.fields(cls)}[name]
                   for cls in (IJEPAConfig, VJEPAConfig, AudioJEPAConfig)]
         assert fields[0].metadata == fields[1].metadata == fields[2].metadata
-        assert fields[0].metadata["applies"] == ("ijepa", "vjepa", "audio-jepa")
+        assert fields[0].metadata["applies"] == ("ijepa", "vjepa", "audio-jepa", "lejepa")
         assert fields[0].default == fields[1].default == fields[2].default
     config = IJEPAConfig()
     assert config.sigreg_weight == 0.0

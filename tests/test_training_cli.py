@@ -147,7 +147,7 @@ def test_print_config_is_the_recorded_configuration(trained, tmp_path):
 def test_a_redirected_stderr_gets_one_plain_line_every_log_every_updates(resumed):
     import re
 
-    lines = resumed["stderr"].splitlines()
+    lines = [line for line in resumed["stderr"].splitlines() if not line.startswith("jepa: warning: ")]
     assert lines[0].startswith(f"run {resumed['run']}: steps 40 -> 46")
     steps = [line for line in lines if line.startswith("step ")]
     assert [s.split()[1] for s in steps] == ["42/46", "45/46", "46/46"]
@@ -236,6 +236,21 @@ def test_pixels_normalised_on_the_device_train_as_the_input_pipeline_does(traine
         np.testing.assert_allclose(device, host, rtol=0, atol=1e-6)
     config = json.loads((tmp_path / "device" / "run.json").read_text())["config"]
     assert config["device_normalise"] is True
+
+
+def test_pixels_normalised_on_the_device_and_on_the_host_are_x_over_255_less_the_mean_over_the_std():
+    from jepa_cli.data.transforms import random_resized_crop
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    images = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3), np.uint8)
+    expected = (images / 255.0 - np.array(mean)) / np.array(std)  # float64, by hand
+    device = random_resized_crop(8, mean, std, scale=(1.0, 1.0), ratio=(1.0, 1.0), on_device=True).device
+    on_device = np.asarray(jax.jit(device)({"image": images})["image"])
+    host = random_resized_crop(8, mean, std, scale=(1.0, 1.0), ratio=(1.0, 1.0))  # the whole image, not resized
+    on_host = np.stack([host({"image": image}, np.random.default_rng(1))["image"] for image in images])
+    assert on_device.dtype == on_host.dtype == np.float32
+    np.testing.assert_allclose(on_device, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(on_host, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_device_normalise_is_refused_in_one_line_where_the_inputs_are_not_pixels(trained, tmp_path):

@@ -141,7 +141,8 @@ class ProgressHandle:
         self._progress, self._task, self._unit = progress, task, unit
         self._plain = not quiet and not progress.console.is_terminal
         self.log = stderr_log(quiet, progress.console)  # a plain line above the bar
-        self._start = self._last_line = time.monotonic()
+        self._start = time.monotonic()
+        self._lines = PlainThrottle(self._start, self.PLAIN_EVERY_S, self.PLAIN_EVERY_S, quiet_s=self.PLAIN_AFTER_S)
         self._done = 0
         self._first: tuple[int, float] | None = None  # (done, time) at the first advance: the clock's start
         self._tenth_logged = 0
@@ -162,19 +163,40 @@ class ProgressHandle:
 
     def _plain_line(self) -> None:
         now = time.monotonic()
-        if now - self._start < self.PLAIN_AFTER_S:
-            return
         total = self._progress.tasks[0].total
         tenth = int(10 * self._done / total) if total else 0
-        if tenth <= self._tenth_logged and now - self._last_line < self.PLAIN_EVERY_S:
+        if not self._lines.due(now, boundary=tenth > self._tenth_logged):
             return
-        self._tenth_logged, self._last_line = max(tenth, self._tenth_logged), now
+        self._tenth_logged = max(tenth, self._tenth_logged)
+        self._lines.wrote(now)
         done = f"{self._done}/{total}" if total else f"{self._done}"
         timed, seconds = self._done - self._first[0], now - self._first[1]
         rate = f", {timed / seconds:,.1f} {self._unit}/s" if timed > 0 and seconds > 0 else ""
         left = seconds_left(self._first, self._done, total, now) if total else None
         eta = f", ETA {format_duration(left)}" if left is not None else ""
         self.log(f"{self._progress.tasks[0].description}: {done} {self._unit}{rate}{eta}")
+
+
+class PlainThrottle:
+    """When a progress display writes its next plain line on a non-terminal stderr: at each boundary
+    the display names (a new tenth of the work, every log_every updates) and, between boundaries,
+    once `first_s` seconds have passed since `start` and then `every_s` seconds after the last line,
+    so that a slow run still says how it goes. None at all during the first `quiet_s` seconds (a
+    short command writes no line). `pace` (seconds between reports) brings a timed line forward to the
+    last report before its deadline: with reports every 8 s, the first line comes at 24 s, not 32."""
+
+    def __init__(self, start: float, first_s: float, every_s: float, quiet_s: float = 0.0) -> None:
+        self.start, self.first_s, self.every_s, self.quiet_s = start, first_s, every_s, quiet_s
+        self.last: float | None = None  # time of the last line
+
+    def due(self, now: float, boundary: bool = False, pace: float = 0.0) -> bool:
+        if now - self.start < self.quiet_s:
+            return False
+        deadline = self.start + self.first_s if self.last is None else self.last + self.every_s
+        return boundary or now + pace >= deadline
+
+    def wrote(self, now: float) -> None:
+        self.last = now
 
 
 def seconds_left(first: tuple[int, float], done: int, total: int, now: float) -> float | None:

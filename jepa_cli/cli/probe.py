@@ -9,6 +9,11 @@ from jepa_cli.cli.common import (SEED, emit, output_options, print_mapping, prog
 from jepa_cli.cli.complete import complete_datasets, complete_runs, complete_steps
 
 
+# Features a sample above which the linear probe is said to be slow before it starts (a 256x256 grey
+# image; a 32x32 RGB clip of 16 frames has 49,152)
+LINEAR_SLOW_FEATURES = 65_536
+
+
 @click.command("probe")
 @click.argument("probe", type=click.Choice(["linear", "knn", "attentive"]))
 @click.argument("train", type=click.Path(path_type=str), shell_complete=complete_datasets)
@@ -66,6 +71,10 @@ def command(probe, train, test, raw, k, temperature, vote, epochs, batch_size, p
         warn(f"TRAIN and TEST were not encoded alike ({mismatch})", quiet)
     if verbose:  # an error may still follow, and an error must stay the only line on stderr
         log(f"{probe} probe: {tr.n} train, {te.n} test, dim {tr.x.shape[-1]}, {num_classes} classes")
+    if probe == "linear" and tr.x.shape[-1] > LINEAR_SLOW_FEATURES:
+        # said up front: its progress moves only once a fit is done, minutes apart at this size
+        warn(f"{'--raw: ' if raw else ''}{tr.x.shape[-1]:,} features a sample: the linear probe's fits on "
+             f"{tr.n:,} samples will take minutes; pool or downsample (ingest with a smaller --size)", quiet)
     start = time.perf_counter()
     bar_quiet = quiet or (as_json and not verbose)
     if probe == "linear":

@@ -13,7 +13,8 @@ from jepa_cli.cli.common import emit, output_options, warn
 @click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=str))
 @click.option("--objective", default=None, metavar="NAME", help="Only the runs of this objective.")
 @click.option("--columns", default=None, metavar="A,B,...",
-              help="The table's columns after the run: objective, step, status, loss, probe_step, probe figures "
+              help="The table's columns after the run: objective, step, status, loss, sigreg_quality, probe_step, "
+                   "probe figures "
                    "(knn_top1, linear_top1, ...) or config keys (lr, ijepa.model.depth); default: the config keys "
                    "that differ and all of those.")
 @click.option("--probes", "probe_folders", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=str),
@@ -29,7 +30,8 @@ def command(folders: tuple[str, ...], objective: str | None, columns: str | None
     options as OBJECTIVE.KEY). The probe columns are the figures of the newest step probed, by `jepa train
     --probe-every` (knn) or by a `jepa probe ... --json > FILE.json` result of the run's target encoder
     found in a .json file in the run's folder, in the folder holding it (where the recipes write them) or
-    below a --probes folder.
+    below a --probes folder. sigreg_quality is the last label-free figure the trainer logged (lower is
+    better spread; docs/small-data.md), shown when a run logged one.
 
     \b
     Examples:
@@ -67,9 +69,11 @@ def _print_table(rows: list[dict[str, Any]], columns: list[str] | None, differin
     figures = [key for kind in PROBE_KINDS for key in figure_keys(kind) if any(key in (row["probe"] or {}) for row in rows)]
     if columns is None:
         columns = ["objective", *differing, "step", "status", "loss"]
+        columns += ["sigreg_quality"] if any(row["sigreg_quality"] is not None for row in rows) else []
         columns += ["probe_step", *figures] if any(row["probe"] for row in rows) else []
     header = ["run", *(c for c in columns if c != "run")]
-    right = {"step", "loss", "probe_step", *(key for kind in PROBE_KINDS for key in figure_keys(kind))}
+    right = {"step", "loss", "sigreg_quality", "probe_step",
+             *(key for kind in PROBE_KINDS for key in figure_keys(kind))}
     lines = [header]
     for label, row in zip(run_labels([row["run"] for row in rows]), rows):
         lines.append([label, *(_cell(row, name) for name in header[1:])])
@@ -86,6 +90,8 @@ def _cell(row: dict[str, Any], name: str) -> str:
         return f"{row['step']}/{total}" if total is not None else str(row["step"])
     if name == "loss":
         return _text(row["final_loss"])
+    if name == "sigreg_quality":
+        return _text(row["sigreg_quality"])
     if name == "probe_step":
         return _text((row["probe"] or {}).get("step"))
     if name in ("objective", "status"):

@@ -13,9 +13,10 @@ from jepa_cli.errors import InputError, JepaError
 from jepa_cli.masks.config import MultiBlockConfig
 from jepa_cli.objectives.genconfig import GenerativeConfig
 from jepa_cli.objectives.ijepa_config import IJEPAConfig
+from jepa_cli.objectives.lejepa_config import LeJEPAConfig
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
-OBJECTIVE_FLAGS = options.flags(IJEPAConfig, MultiBlockConfig, GenerativeConfig)  # `jepa train`'s objective options
+OBJECTIVE_FLAGS = options.flags(IJEPAConfig, MultiBlockConfig, GenerativeConfig, LeJEPAConfig)  # `jepa train`'s objective options
 OBJECTIVE_KEYS = frozenset(flag.name for flag in OBJECTIVE_FLAGS)
 
 
@@ -218,8 +219,13 @@ class TrainProgress:
     """`jepa train`'s progress on stderr, drawn by common.live_progress: on a terminal a bar with the
     loss, the learning rate, a collapse metric (the target features' effective rank, or their std),
     examples/s, the last k-NN score and the time left; elsewhere (SLURM, nohup, 2>file) one plain line
-    every `log_every` updates. The rate and the time left are timed from the first update's report, so
-    that compiling the step does not count. A run with no update to make (`--steps 0`) draws no bar."""
+    every `log_every` updates and, between them, within PLAIN_FIRST_S of the first update and then at
+    least every PLAIN_EVERY_S (common.PlainThrottle): a slow run says its pace from the first minute.
+    The rate and the time left are timed from the first update's report, so that compiling the step
+    does not count. A run with no update to make (`--steps 0`) draws no bar."""
+
+    PLAIN_FIRST_S = 30.0
+    PLAIN_EVERY_S = 60.0
 
     @staticmethod
     def columns() -> list:
@@ -241,6 +247,7 @@ class TrainProgress:
         self.first: tuple[int, float] | None = None  # (step, time) of the first report: the clock's start
         self.previous: float | None = None  # time of the last report (the bar's examples/s)
         self.line: tuple[int, float] | None = None  # (step, time) of the last plain line
+        self.lines = None  # the plain lines' common.PlainThrottle, started at the first report
 
     def on_start(self, info: dict) -> None:
         self.log(f"run {info['run']}: steps {info['start_step']} -> {info['steps']}, mesh {info['mesh']}, "
@@ -253,7 +260,10 @@ class TrainProgress:
     def on_step(self, metrics: dict) -> None:
         now, step = time.perf_counter(), metrics["step"]
         if self.first is None:
+            from jepa_cli.cli.common import PlainThrottle
+
             self.first = self.line = (step, now)
+            self.lines = PlainThrottle(now, self.PLAIN_FIRST_S, self.PLAIN_EVERY_S)
         rate = f"{self.batch_size / max(now - self.previous, 1e-9):,.0f} ex/s" if self.previous is not None else ""
         self.previous = now
         if self.task is not None:
@@ -263,10 +273,13 @@ class TrainProgress:
                                  lr=f"lr {metrics['lr']:.2e}" if metrics.get("lr") is not None else "",
                                  collapse=collapse_text(metrics), rate=rate,
                                  eta=f"ETA {format_duration(eta)}" if eta is not None else "")
-        if self.plain and (step % self.log_every == 0 or step == self.steps):
+        timed = step - self.first[0]
+        pace = (now - self.first[1]) / timed if timed > 0 else 0.0  # seconds per update so far
+        if self.plain and self.lines.due(now, step % self.log_every == 0 or step == self.steps, pace):
             done, seconds = step - self.line[0], now - self.line[1]
             self.log(plain_step_line(metrics, self.steps, done, seconds, self.batch_size))
             self.line = (step, now)  # the next line's rate covers the updates since this one
+            self.lines.wrote(now)
 
     def on_probe(self, row: dict) -> None:
         from jepa_cli.evaluation.features import accuracy_text

@@ -195,3 +195,69 @@ def clip_resize_center_crop(image_size, mean=IMAGENET_MEAN, std=IMAGENET_STD, re
         return {**example, "video": x}
 
     return transform
+
+
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # torchvision rgb_to_grayscale (ITU-R 601-2 luma)
+
+
+def _gray(x: np.ndarray) -> np.ndarray:
+    """float [h, w, 3] -> its luma [h, w, 1]."""
+    return (x @ np.asarray(GRAY_WEIGHTS, np.float32))[..., None]
+
+
+def colour_jitter(x: np.ndarray, rng: np.random.Generator, strengths=(0.4, 0.4, 0.2)) -> np.ndarray:
+    """torchvision ColorJitter(brightness, contrast, saturation) on float pixels [h, w, C] in [0, 255]:
+    each factor drawn in [max(0, 1 - s), 1 + s], the three applied in a random order, each result
+    clipped to [0, 255]. Saturation needs colour: 1- or other non-3-channel images skip it."""
+    colour = x.shape[-1] == 3
+    for op in rng.permutation(3):
+        s = strengths[op]
+        factor = rng.uniform(max(0.0, 1.0 - s), 1.0 + s)
+        if op == 0:  # brightness: blend with black
+            x = x * factor
+        elif op == 1:  # contrast: blend with the mean grey level
+            x = x * factor + (1.0 - factor) * float(np.mean(_gray(x) if colour else x))
+        elif colour:  # saturation: blend with the grey image
+            x = x * factor + (1.0 - factor) * _gray(x)
+        x = np.clip(x, 0.0, 255.0)
+    return x.astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewSpec:
+    """One kind of view (global or local): how many, their size (h, w) and crop area scale."""
+
+    count: int
+    size: tuple[int, int]
+    scale: tuple[float, float]
+
+
+def multi_view(views: tuple[ViewSpec, ...], keys: tuple[str, ...], mean=IMAGENET_MEAN, std=IMAGENET_STD,
+               ratio=(3 / 4, 4 / 3), hflip: bool = True, jitter_prob: float = 0.8, jitter=(0.4, 0.4, 0.2),
+               grayscale_prob: float = 0.2):
+    """Multi-crop training transform (DINO's, as LeJEPA's README.md gives it): for each ViewSpec,
+    `count` random resized crops of ``example["image"]`` (uint8 [H, W, C]), each flipped with
+    probability 0.5, colour-jittered with probability `jitter_prob`, turned grey with probability
+    `grayscale_prob` (3 channels only) and normalised -> float32 [count, h, w, C] under the key of
+    `keys` at its place (a spec of count 0 gives no key)."""
+
+    def one_view(image: np.ndarray, spec: ViewSpec, rng: np.random.Generator) -> np.ndarray:
+        top, left, h, w = random_resized_crop_box(image.shape[0], image.shape[1], rng, spec.scale, ratio)
+        x = _resize(image, (left, top, left + w, top + h), spec.size)
+        if hflip and rng.random() < 0.5:
+            x = x[:, ::-1]
+        if rng.random() < jitter_prob:
+            x = colour_jitter(x, rng, jitter)
+        if x.shape[-1] == 3 and rng.random() < grayscale_prob:
+            x = np.repeat(_gray(x), 3, axis=-1)
+        return _normalise(np.ascontiguousarray(x), mean, std)
+
+    def transform(example: dict, rng: np.random.Generator) -> dict:
+        image = _as_hwc(example["image"])
+        out = dict(example)
+        for spec, key in zip(views, keys):
+            if spec.count:
+                out[key] = np.stack([one_view(image, spec, rng) for _ in range(spec.count)])
+        return out
+
+    return transform

@@ -26,9 +26,9 @@ MAX_SSM_STATE = 2048
 SSM_STEP_LIMITS = (1e-6, 100.0)
 ATTENTION_IMPLS = ("xla", "dot_product")  # models/block.py Attention.impl
 # the objectives whose models take the mixer options (`jepa train --help` names them): the JEPA encoders
-# and predictors (ModelConfig) and the generative objectives' DiT (GenerativeConfig)
+# and predictors (ModelConfig), the generative objectives' DiT (GenerativeConfig) and LeJEPA's encoder
 JEPA_MIXER_APPLIES = ("ijepa", "vjepa", "audio-jepa")  # `pred_mixer`: the objectives with a predictor
-MIXER_APPLIES = JEPA_MIXER_APPLIES + ("flow", "diffusion")
+MIXER_APPLIES = JEPA_MIXER_APPLIES + ("flow", "diffusion", "lejepa")
 
 
 def check_ssm(state: int, step) -> None:

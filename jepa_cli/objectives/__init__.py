@@ -14,10 +14,11 @@ from jepa_cli.lazy import lazy_exports
 from jepa_cli.names import OBJECTIVE_NAMES
 
 _EXPORTS = {"AudioJEPAObjective": "audio_jepa", "DiffusionObjective": "diffusion", "EMASpec": "base",
-            "FlowObjective": "flow", "IJEPAConfig": "ijepa_config", "IJEPAObjective": "ijepa", "Objective": "base",
+            "FlowObjective": "flow", "IJEPAConfig": "ijepa_config", "IJEPAObjective": "ijepa", "LeJEPAConfig": "lejepa_config",
+            "LeJEPAObjective": "lejepa", "Objective": "base",
             "VJEPAConfig": "vjepa", "VJEPAObjective": "vjepa"}  # name -> the module that defines it
 _REGISTRY = {"ijepa": "IJEPAObjective", "vjepa": "VJEPAObjective", "audio-jepa": "AudioJEPAObjective",
-             "flow": "FlowObjective", "diffusion": "DiffusionObjective"}  # --objective name -> class
+             "flow": "FlowObjective", "diffusion": "DiffusionObjective", "lejepa": "LeJEPAObjective"}  # --objective name -> class
 assert tuple(_REGISTRY) == OBJECTIVE_NAMES
 
 __all__ = [*sorted(_EXPORTS), "OBJECTIVES", "make_objective"]

@@ -29,6 +29,8 @@ def _tuplify(v):
 # The objectives that take the anti-collapse terms (var_weight, var_target, cov_weight and the sigreg_*
 # options): declared once, as IJEPAConfig's fields, and reused by the others with option_of.
 JEPA_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa")
+# The objectives that take the sigreg_* options: the JEPA objectives' anti-collapse term, LeJEPA's loss
+SIGREG_OBJECTIVES = JEPA_OBJECTIVES + ("lejepa",)
 
 
 def check_anticollapse(config) -> None:
@@ -39,6 +41,12 @@ def check_anticollapse(config) -> None:
             raise InputError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     if config.var_target == 0.0:
         raise InputError(f"var_target must be > 0 (the batch std the variance term asks for), got {config.var_target!r}")
+    check_sigreg(config)
+
+
+def check_sigreg(config) -> None:
+    """InputError unless sigreg_weight is in [0, 1], sigreg_slices >= 1, sigreg_knots >= 2 and
+    sigreg_t_max > 0; call after check_field_types (non-finite values)."""
     if not 0.0 <= config.sigreg_weight <= 1.0:
         raise InputError(f"sigreg_weight must be in [0, 1], got {config.sigreg_weight!r}")
     for name, least in (("sigreg_slices", 1), ("sigreg_knots", 2)):  # 2 knots: one trapezoid step
@@ -162,15 +170,17 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     # SIGReg (LeJEPA, Balestriero & LeCun 2025; objectives/sigreg.py) on the same pooled features, its
     # weight LeJEPA's lambda in [0, 1]; defaults rbalestr-lab/lejepa lejepa/univariate/epps_pulley.py
     # (t_max 3, 17 knots) and MINIMAL.md (256 slices)
-    sigreg_weight: float = option(0.0, "Weight of SIGReg (LeJEPA): the Epps-Pulley statistic of the context "
-                                       "encoder's mean-pooled features, projected on random directions, against "
-                                       "a standard normal, in [0, 1]; 0: off.", flag=True, applies=JEPA_OBJECTIVES)
+    sigreg_weight: float = option(0.0, "Weight of SIGReg (LeJEPA's lambda), in [0, 1]: the Epps-Pulley statistic "
+                                       "of embeddings projected on random directions, against a standard normal. "
+                                       "The JEPA objectives add it on the context encoder's mean-pooled features "
+                                       "(0: off); lejepa's loss is (1 - it) x invariance + it x SIGReg of the "
+                                       "projections (lejepa's default 0.05).", flag=True, applies=SIGREG_OBJECTIVES)
     sigreg_slices: int = option(256, "SIGReg: random unit directions, drawn anew each update.", flag=True,
-                                applies=JEPA_OBJECTIVES)
+                                applies=SIGREG_OBJECTIVES)
     sigreg_knots: int = option(17, "SIGReg: knots of the trapezoid rule on [0, sigreg_t_max], >= 2.", flag=True,
-                               applies=JEPA_OBJECTIVES)
+                               applies=SIGREG_OBJECTIVES)
     sigreg_t_max: float = option(3.0, "SIGReg: the characteristic functions are compared for |t| up to this, > 0.",
-                                 flag=True, applies=JEPA_OBJECTIVES)
+                                 flag=True, applies=SIGREG_OBJECTIVES)
     # 256/224 is the usual Resize(256) + CenterCrop(224)
     eval_resize_ratio: float = option(256 / 224, "Evaluation (encode-latents): resize the short side to "
                                                  "image_size x this, then centre-crop; 1.0 keeps the whole image.")

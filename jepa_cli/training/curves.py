@@ -13,9 +13,10 @@ from typing import Any
 
 from jepa_cli.errors import InputError
 
-DEFAULT_METRICS = ("loss", "lr", "weight_decay", "ema_momentum", "repr_std", "repr_cov_offdiag")
+DEFAULT_METRICS = ("loss", "lr", "weight_decay", "ema_momentum", "repr_std", "repr_cov_offdiag", "sigreg_quality")
 MAX_PANELS = 24  # one figure stays readable and its memory bounded (a panel is about 0.1 MPixel)
-LOG_SCALE = {"loss", "lr", "repr_std", "repr_cov_offdiag", "target_std"}  # positive and spanning decades
+# positive and spanning decades
+LOG_SCALE = {"loss", "lr", "repr_std", "repr_cov_offdiag", "target_std", "sigreg_quality"}
 
 
 def run_labels(runs: list[str | Path]) -> list[str]:

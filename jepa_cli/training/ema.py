@@ -23,7 +23,8 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
     config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback)
     spec = objective.ema_spec
     if spec is None:
-        raise InputError(f"{run_dir}: the {config.get('objective')!r} objective keeps no EMA")
+        raise InputError(f"{run_dir}: the {config.get('objective')!r} objective keeps no EMA (its one encoder is "
+                         "what encode-latents and the probes read)")
     lengths = read_run(run_dir).get("lengths", {})
     # the schedule is drawn to the end of the longer of the LR horizon and the EMA ramp, which
     # ema_ramp_steps / ema_ramp_epochs may set apart from it: the whole ramp shows

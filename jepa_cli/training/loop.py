@@ -216,12 +216,14 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
     run.json and trains; `held` follows the step and the saves."""
     import jax
 
+    from jepa_cli.evaluation.quality import training_quality
     from jepa_cli.training.abandoned_reads import silence_abandoned_reads
     from jepa_cli.training.checkpoint import Checkpoints
     from jepa_cli.training.data import DataLoader
     from jepa_cli.training.state import init_state
 
     out, lengths = plan.out, plan.lengths
+    quality = training_quality(config, plan.objective)  # its examples are read before RUN is touched
     # ---- from here on RUN is written --------------------------------------------------------------
     if main:
         start_writing(out, mode, plan.record, held.step)
@@ -240,14 +242,14 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
     from jepa_cli.training.ema import ema_warning
 
     # told as training starts: a refusal before them stays one line
-    for warning in (warmup_warning(lengths), ema_warning(plan.objective, lengths["steps"])):
+    for warning in (plan.geometry, warmup_warning(lengths), ema_warning(plan.objective, lengths["steps"])):
         if warning:
             cb.on_warning(warning)
     cb.on_start({"run": str(out), "start_step": held.step, "steps": lengths["steps"], "mesh": dict(plan.mesh.shape),
                  "devices": len(jax.devices()), "processes": jax.process_count(), **lengths})
     stop = _StopFlag()
     stop.install()
-    session = _Session(config, plan, cb, main, held, state, loader)
+    session = _Session(config, plan, cb, main, held, state, loader, quality)
     failed = True
     try:
         session.run(stop)
@@ -262,11 +264,11 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
 
 class _Session:
     """Training once RUN is written: the steps, their metrics rows (read one step late), the saves, the
-    probe, the stop on a signal or a divergence, the collapse warning. `held` follows the step and the
-    saves (for rundir.storage_stop)."""
+    probe, the quality signal (`quality`: evaluation/quality.py, None when off), the stop on a signal or
+    a divergence, the collapse warning. `held` follows the step and the saves (for rundir.storage_stop)."""
 
     def __init__(self, config: TrainConfig, plan: Plan, cb: Callbacks, main: bool, held: _Held, state: Any,
-                 loader: Any) -> None:
+                 loader: Any, quality: Callable[[Any], Any] | None = None) -> None:
         self.config, self.plan, self.cb, self.main, self.held = config, plan, cb, main, held
         self.state, self.loader = state, loader
         self.steps = plan.lengths["steps"]
@@ -278,6 +280,8 @@ class _Session:
         self.saved_at = self.start_step if latest == self.start_step and latest is not None else None
         self.collapse = _CollapseWatch(config)
         self.probe_results: dict[int, dict[str, float]] = {}  # scores of steps whose metrics are not read yet
+        self.quality = quality
+        self.quality_results: dict[int, Any] = {}  # device scalars, read with their step's metrics
         self.metrics_file = (MetricsWriter(plan.out, config.tensorboard, config.wandb, config.to_dict())
                              if main else None)
         self.t_last, self.n_since = time.perf_counter(), 0  # the examples/s of the next row
@@ -302,6 +306,8 @@ class _Session:
             step_no = self.held.step = i + 1
             if self.plan.probe is not None and self.config.probe_every and step_no % self.config.probe_every == 0:
                 self.probe_results[step_no] = self.plan.probe(self.state)
+            if self.quality is not None and (step_no % self.config.log_every == 0 or step_no == self.steps):
+                self.quality_results[step_no] = self.quality(self.target_encoder())
             if pending is not None:
                 self.record(*pending)
             pending = (step_no, metrics)
@@ -331,6 +337,13 @@ class _Session:
         self.saved_at = step_no
         self.cb.on_checkpoint(step_no)
 
+    def target_encoder(self) -> Any:
+        """The current state's target (EMA) encoder parameters, the encoder downstream commands use."""
+        from jepa_cli.evaluation.run_encoder import select_encoder
+
+        return select_encoder(self.plan.objective, {"params": self.state.params, "ema": self.state.ema}, "target",
+                              self.plan.out)
+
     def probe_baseline(self) -> None:
         """The probe's score of the initialisation: the row of step 0."""
         row = {"step": 0, **self.plan.probe(self.state)}
@@ -349,6 +362,8 @@ class _Session:
         host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
         finite = bool(host.pop("finite"))
         probed = self.probe_results.pop(step_no, None)
+        if step_no in self.quality_results:
+            host["sigreg_quality"] = np.asarray(jax.device_get(self.quality_results.pop(step_no)))
         if probed:
             host.update(probed)
             self.summary["probe"] = {"step": step_no, **probed}

@@ -38,6 +38,7 @@ class Plan:
     probe: Callable | None = None  # the caller's probe of a TrainState when --probe-every is set
     new_data: bool = False  # resumed on another dataset (--allow-new-data): read it from its beginning
     seen: tuple[int, int, int] | None = None  # RUN's run.json as checked (run.run_identity)
+    geometry: str | None = None  # geometry_warning: the dataset is not the size the model takes
 
 
 def _trace_step(step_fn: Callable, abstract: Any, state_sh: Any, batch_spec: dict[str, Any], objective: str) -> None:
@@ -101,6 +102,39 @@ def _resolve_objective(config: TrainConfig, ds: dict, lengths: dict, objective=N
     config.objective_config = objective_config_of(objective, config.objective_config)
     return objective
 
+def _hxw(size) -> tuple[int, int]:
+    return (int(size[0]), int(size[1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+
+
+def geometry_warning(name: str, objective_config: dict, ds: dict) -> str | None:
+    """Why the dataset is not what the model takes (a sentence naming both geometries and the option
+    to set), or None: the frame size of images and clips (image_size) and the length and rate of
+    audio clips (seconds, sample_rate), where the recipe or the command line set the model's to
+    something other than the dataset's, so that the input pipeline resizes, crops or pads every
+    sample. A warning, not a refusal: a resize can be meant. Images stored at the size the
+    evaluation resize gives (image_size x eval_resize_ratio, the official 256 for crops of 224)
+    are what the model takes too."""
+    implied = _dataset_options(name, ds)
+    if "image_size" in implied and objective_config.get("image_size") is not None:
+        (h, w), (mh, mw) = _hxw(implied["image_size"]), _hxw(objective_config["image_size"])
+        stored = max(int(mh * float(objective_config.get("eval_resize_ratio", 1.0))), mh, mw)
+        if (h, w) != (mh, mw) and min(h, w) != stored:
+            what = "frames" if ds["modality"] == "video" else "images"
+            return (f"the dataset holds {h}x{w} {what}, the model takes {mh}x{mw} (image_size): every sample is "
+                    f"resized to {mh}x{mw}; pass --image-size {h}x{w} to train at the dataset's size, or ingest "
+                    f"with --size {mh}x{mw}")
+    if "seconds" in implied:
+        rate, seconds = implied["sample_rate"], implied["seconds"]
+        model_rate = int(objective_config.get("sample_rate") or rate)
+        model_seconds = float(objective_config.get("seconds") or seconds)
+        if model_rate != rate or abs(model_seconds - seconds) > 0.5 / rate:
+            return (f"the dataset holds {seconds:g} s clips at {rate} Hz, the model takes {model_seconds:g} s at "
+                    f"{model_rate} Hz (seconds, sample_rate): every clip is cropped or padded to "
+                    f"{round(model_seconds * model_rate)} samples; set seconds and sample_rate in the recipe to the "
+                    f"dataset's, or ingest with --seconds {model_seconds:g} --sample-rate {model_rate}")
+    return None
+
+
 def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str | None, dict[str, str]]]:
     """The configuration run.json would record for `config` (`jepa train --print-config`), the
     objective's options completed from its defaults and the dataset, and notes for config.to_toml:
@@ -155,6 +189,7 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     lengths = resolve_lengths(config, ds["num_samples"])
     objective = _resolve_objective(config, ds, lengths, objective)
     check_modality(config.data, ds, objective, config.objective)
+    geometry = geometry_warning(config.objective, config.objective_config, ds)
     ds_channels = config.objective_config.get("channels")
     if ds["modality"] == "image" and ds_channels is not None and int(ds_channels) != ds["channels"]:
         raise InputError(f"{config.data}: images have {ds['channels']} channels, the model expects {ds_channels}")
@@ -187,7 +222,7 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
               "status": "running"}
     return Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
                  state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record,
-                 probe=probe, new_data=new_data, seen=seen)
+                 probe=probe, new_data=new_data, seen=seen, geometry=geometry)
 
 
 def _train_transform(config: TrainConfig, objective) -> tuple[Callable, Callable | None]:

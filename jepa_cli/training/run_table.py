@@ -16,6 +16,7 @@ from jepa_cli.errors import InputError
 from jepa_cli.training.run import RUN_FILE, checkpoint_steps, read_metrics, read_run
 
 PROBE_KEYS = ("knn_top1", "knn_top5")  # the training-time probe's figures (--probe-every)
+QUALITY_KEY = "sigreg_quality"  # the label-free figure the trainer logs (evaluation/quality.py)
 SKIPPED_KEYS = ("out",)  # differs between every two runs and says nothing the run's name does not
 
 
@@ -73,7 +74,7 @@ def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
-COLUMNS = ("objective", "step", "status", "loss", "probe_step")  # the table's columns besides config keys
+COLUMNS = ("objective", "step", "status", "loss", QUALITY_KEY, "probe_step")  # the table's columns besides config keys
 
 
 def run_table(runs: list[Path], objective: str | None = None, columns: list[str] | None = None,
@@ -81,9 +82,10 @@ def run_table(runs: list[Path], objective: str | None = None, columns: list[str]
     """{"differing_keys": [...], "objectives": {OBJECTIVE: [its differing keys]}, "columns": columns,
     "runs": [row, ...]}: each row the run's path, objective, status, step (the last logged update, else
     its newest checkpoint) of total_steps, final_loss (the last finite loss logged, None when none was),
-    probe (last_probe; None when the run was never probed) and config (its values of `columns`' config
-    keys, else of the keys that differ between the runs of its objective: runs of other objectives do
-    not count, their options are other options).
+    sigreg_quality (the last finite one logged, None when none was), probe (last_probe; None when the
+    run was never probed) and config (its values of `columns`' config keys, else of the keys that
+    differ between the runs of its objective: runs of other objectives do not count, their options
+    are other options).
 
     `objective` keeps the runs of that objective only; `columns` names the table's columns (COLUMNS,
     probe figures such as `linear_top1`, configuration keys); InputError for an objective no run has
@@ -118,6 +120,7 @@ def run_table(runs: list[Path], objective: str | None = None, columns: list[str]
         metrics = read_metrics(run)
         steps = checkpoint_steps(run)
         losses = [row["loss"] for row in metrics if _finite(row.get("loss"))]
+        qualities = [row[QUALITY_KEY] for row in metrics if _finite(row.get(QUALITY_KEY))]
         keys = [c for c in columns if c in known] if columns is not None else objectives[str(config.get("objective"))]
         rows.append({
             "run": str(run),
@@ -126,6 +129,7 @@ def run_table(runs: list[Path], objective: str | None = None, columns: list[str]
             "step": metrics[-1]["step"] if metrics else (steps[-1] if steps else 0),
             "total_steps": (record.get("lengths") or {}).get("steps"),
             "final_loss": float(losses[-1]) if losses else None,
+            QUALITY_KEY: float(qualities[-1]) if qualities else None,
             "probe": last_probe(metrics, [row for row in files if row["run"] == str(run.resolve())]),
             "config": {key: config.get(key) for key in keys},
         })
