@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jax
 import numpy as np
@@ -445,6 +446,7 @@ def test_edm_print_config_shows_the_sigma_data_and_preset_taken_from_latents(tmp
                 "--batch-size", "8", "--steps", "1", "--print-config")
     assert r.exit_code == 0, r.stderr
     table = tomllib.loads(r.stdout)["diffusion"]
+    # EDM2's P_mean -0.4 is for sigma_data 0.5: at 1.0 the same sigma / sigma_data is P_mean -0.4 + ln 2
     assert (table["sigma_data"], table["edm_preset"], table["p_mean"], table["p_std"]) == \
-        (1.0, "edm2-latent", -0.4, 1.0)
+        (1.0, "edm2-latent", pytest.approx(-0.4 + math.log(2)), 1.0)
     assert table["edm_logvar"] is False

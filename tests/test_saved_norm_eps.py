@@ -60,7 +60,7 @@ def test_resuming_a_run_saved_without_norm_eps_keeps_1e_6(tmp_path):
     assert cfg.objective_config["norm_eps"] == 1e-6
 
 
-@pytest.mark.parametrize("objective", ["ijepa", "vjepa", "audio-jepa"])
+@pytest.mark.parametrize("objective", ["ijepa", "vjepa", "audio-jepa", "lejepa"])
 def test_every_objective_with_norm_eps_is_read_back_with_1e_6(objective):
     import dataclasses
 

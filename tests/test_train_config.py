@@ -160,16 +160,18 @@ def test_every_flagged_objective_field_is_a_train_option_and_no_other_objective_
     from jepa_cli.masks.config import MultiBlockConfig
     from jepa_cli.objectives.genconfig import GenerativeConfig
     from jepa_cli.objectives.ijepa_config import IJEPAConfig
+    from jepa_cli.objectives.lejepa_config import LeJEPAConfig
 
-    flagged = {f.name for cls in (IJEPAConfig, MultiBlockConfig, GenerativeConfig) for f in dataclasses.fields(cls)
+    flagged = {f.name for cls in (IJEPAConfig, MultiBlockConfig, GenerativeConfig, LeJEPAConfig)
+               for f in dataclasses.fields(cls)
                if f.metadata.get("flag")}
     command_only = {"config_path", "print_config", "resume", "force", "coordinator", "num_processes", "process_id",
                     "as_json", "verbose", "quiet", "allow_new_data"}
     trainer_keys = {f.name for f in TRAINER_FIELDS}
     assert _train_option_names() - trainer_keys - command_only == flagged
     # 32 + var_weight, var_target, cov_weight, mixer, pred_mixer, ssm_state, ssm_step, scan_order, ssm_gaps, edm_*,
-    # attention_impl, ema and the options added beside them
-    assert len(flagged) == 49
+    # attention_impl, ema and the options added beside them, and LeJEPA's views, crops and projector
+    assert len(flagged) == 54
 
 
 def test_an_objective_option_help_comes_from_its_field_with_the_default(run_cli):

@@ -106,7 +106,7 @@ def test_recipes_parse():
     ("steps = 99999999999999999999", "steps must be an integer in 0..2147483647, got 99999999999999999999"),
     ("batch_size = 0", "batch_size must be an integer >= 1, got 0"),
     ("async_checkpointing = 1", "async_checkpointing must be true or false, got 1"),
-    ("objective = 3", "objective must be one of ijepa, vjepa, audio-jepa, flow, diffusion or module:factory, got 3"),
+    ("objective = 3", "objective must be one of ijepa, vjepa, audio-jepa, flow, diffusion, lejepa or module:factory, got 3"),
     ("[ijepax]\ndepth = 1", "unknown table [ijepax] (the objective's options go in [ijepa])"),
 ])
 def test_toml_value_out_of_type_or_range_names_the_file_and_key(tmp_path, text, expected):

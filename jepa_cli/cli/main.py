@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("jepa_cli.cli.plot",
              "Plot training curves of one or more runs against the step, overlaid (needs the plot extra)."),
     "runs": ("jepa_cli.cli.runs",
-             "Compare runs in one table: objective, differing config keys, step, final loss, last probe."),
+             "Compare runs: one table per objective of the config keys that differ, step, final loss, last probe."),
     "env": ("jepa_cli.cli.env",
             "Show the backend, devices, processes and library versions that `jepa train` would use."),
     "completion": ("jepa_cli.cli.completion", "Print the shell completion script for bash, zsh or fish."),
