@@ -84,15 +84,39 @@ def _npy_pipe(tmp_path, trained, command):
     return ["ingest", tmp_path / "f.npy", tmp_path / "out.zarr"], make_fifo(tmp_path / "f.npy")
 
 
+def _labels_pipe(tmp_path, trained, command):
+    (tmp_path / "src").mkdir()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "src" / "0.png")
+    return ["ingest", tmp_path / "src", tmp_path / "out.zarr", "--labels", tmp_path / "l.csv"], \
+        make_fifo(tmp_path / "l.csv")
+
+
 @pytest.mark.parametrize("make, command", [
     (_run_json_pipe, "runs"), (_run_json_pipe, "info"), (_run_json_pipe, "export"),
     (_metrics_pipe, "runs"), (_metrics_pipe, "info"), (_metrics_pipe, "plot"), (_metrics_pipe, "train"),
-    (_chunk_pipe, "encode-latents"), (_npy_pipe, "ingest"),
+    (_chunk_pipe, "encode-latents"), (_npy_pipe, "ingest"), (_labels_pipe, "ingest"),
 ], ids=["runs-run.json", "info-run.json", "export-run.json", "runs-metrics", "info-metrics", "plot-metrics",
-        "train-resume-metrics", "encode-latents-chunk", "ingest-npy"])
+        "train-resume-metrics", "encode-latents-chunk", "ingest-npy", "ingest-labels-csv"])
 def test_a_named_pipe_where_a_file_is_read_is_refused_in_one_line(run_and_data, tmp_path, make, command):
     args, pipe = make(tmp_path, run_and_data, command)
     expect_refusal(*args, fragments=[str(pipe), "is a named pipe (fifo), not a regular file"], timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("kind", ["image", "audio", "video"])
+def test_a_named_pipe_among_a_folders_media_files_is_refused_in_one_line(tmp_path, kind):
+    source = tmp_path / "src"
+    (source / "a").mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(source / "a" / "0.png")
+    pipe = make_fifo(source / "a" / {"image": "1.png", "audio": "1.wav", "video": "1.mp4"}[kind])
+    expect_refusal("ingest", source, tmp_path / "out.zarr", guard=[tmp_path / "out.zarr"], timeout=TIMEOUT,
+                   fragments=[str(pipe), "is not a regular file"])
+
+
+def test_a_run_json_that_is_a_kernel_pseudo_file_is_refused(tmp_path):
+    run = fake_run(tmp_path / "run")
+    (run / "run.json").unlink()
+    (run / "run.json").symlink_to("/proc/self/status")
+    expect_refusal("info", run, timeout=TIMEOUT, fragments=[str(run / "run.json"), "pseudo-file of the kernel"])
 
 
 # -- metrics.jsonl and run.json whose bytes are hostile ---------------------------------------------

@@ -9,6 +9,7 @@ A named pipe, a device or a socket is refused before it is read: reading one wou
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -34,14 +35,30 @@ class DamagedFile(InputError, ValueError):
         self.reason = reason
 
 
-def _kind(mode: int) -> str | None:
-    """What a file of `mode` is when it is not a regular file, else None."""
+def _kind(mode: int, device: int | None = None) -> str | None:
+    """What a file of `mode` (on the file system `device`, st_dev) is when it is not a regular file
+    holding bytes, else None: the kernel's pseudo-files (/proc, /sys) say they are regular files of
+    size 0 and hold text made up when read."""
+    if device is not None and device in _pseudo_devices():
+        return "a pseudo-file of the kernel (/proc, /sys)"
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (fifo)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
     return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+@functools.cache
+def _pseudo_devices() -> frozenset[int]:
+    """The st_dev of /proc and /sys on this machine (none where they do not exist)."""
+    devices = set()
+    for folder in ("/proc", "/sys"):
+        try:
+            devices.add(os.stat(folder).st_dev)
+        except OSError:
+            pass
+    return frozenset(devices)
 
 
 def _refuse(path: str | os.PathLike, kind: str) -> InputError:
@@ -52,12 +69,12 @@ def check_regular(path: str | os.PathLike) -> None:
     """InputError unless `path` (a symbolic link followed) is a regular file; a missing file passes
     (its reader says it is missing). Costs one stat, no open."""
     try:
-        mode = os.stat(path).st_mode
+        info = os.stat(path)
     except FileNotFoundError:
         return
     except OSError:
         return  # unreadable: the reader's own open reports it
-    kind = _kind(mode)
+    kind = _kind(info.st_mode, info.st_dev)
     if kind is not None:
         raise _refuse(path, kind)
 
@@ -88,13 +105,13 @@ def check_regular_tree(root: str | os.PathLike) -> None:
 
 def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     """The bytes of the regular file `path`; InputError if it is anything else (checked on the open
-    file, opened without waiting for a writer) or larger than `limit` bytes. Exactly the size the file
-    has when opened is read: a file being appended to reads as it was then, and a pseudo-file that
-    reports no size (/proc) reads as empty. OSError (missing, no permission) is left to the caller."""
+    file, opened without waiting for a writer; a pseudo-file of /proc or /sys too) or larger than
+    `limit` bytes. Exactly the size the file has when opened is read: a file being appended to reads
+    as it was then. OSError (missing, no permission) is left to the caller."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
-        kind = _kind(info.st_mode)
+        kind = _kind(info.st_mode, info.st_dev)
         if kind is not None:
             raise _refuse(path, kind)
         if info.st_size > limit:

@@ -27,7 +27,8 @@ def _unreadable(folder: str | os.PathLike, exc: OSError) -> InputError:
 
 def _names(folder: str | os.PathLike) -> list[tuple[str, bool]]:
     """(name, is a folder) of every entry of `folder` not starting with ".", unsorted; a link to a folder
-    counts as a folder. InputError naming `folder` (or the entry) when it cannot be read."""
+    counts as a folder. InputError naming `folder` (or the entry) when it cannot be read, or when an
+    image, video or audio file is a named pipe, a device or a socket (a decoder would wait on it)."""
     found = []
     try:
         with os.scandir(folder) as listing:
@@ -36,8 +37,13 @@ def _names(folder: str | os.PathLike) -> list[tuple[str, bool]]:
                     continue
                 try:
                     is_dir = entry.is_dir()  # the directory entry's type: a stat only for a link
+                    special = (not is_dir and os.path.splitext(entry.name)[1].lower() in _KIND
+                               and not entry.is_file() and os.path.exists(entry.path))  # a broken link is no pipe
                 except OSError as exc:
                     raise _unreadable(entry.path, exc) from None
+                if special:
+                    raise InputError(utf8_text(f"{entry.path}: is not a regular file (a named pipe, a device or a "
+                                               "socket); only regular files are read: move it out of the source"))
                 found.append((entry.name, is_dir))
     except OSError as exc:
         raise _unreadable(folder, exc) from None

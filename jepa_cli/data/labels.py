@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import regex
 
+from jepa_cli.data.files import check_regular
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 
@@ -198,6 +199,7 @@ def csv_names(root: Path, items: list[Path], csv_path: Path, what: str,
 def _read_rows(csv_path: Path) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
     """The header (lower-cased column names; None when the first row has no `path` column) and the
     other non-blank rows of a CSV, each with the line number where it starts."""
+    check_regular(csv_path)  # a named pipe would be read forever
     if not csv_path.is_file():
         raise InputError(f"{csv_path}: no such labels file")
     rows: list[tuple[int, list[str]]] = []
