@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from jepa_cli.models.mixer_pattern import parse_mixer
-from jepa_cli.models.block import _blocks, run_blocks
+from jepa_cli.models.block import make_blocks, run_blocks
 
 PATTERNS = {"attn": "attn", "s5": "s5", "hybrid 3:1": "s5,s5,s5,attn"}
 
@@ -32,7 +32,7 @@ def bench(pattern: str, length: int, width: int, depth: int, heads: int, state: 
     """Median seconds of one jitted loss-and-gradient step of `depth` blocks on [1, length, width]
     tokens, and the compiled step's temporary bytes (XLA's memory analysis)."""
     mixers = parse_mixer(pattern, depth)
-    blocks = _blocks(width, heads, 4.0, jnp.float32, nnx.Rngs(0), depth, mixers, state)
+    blocks = make_blocks(width, heads, 4.0, jnp.float32, nnx.Rngs(0), depth, mixers, state)
     graphdef, params = nnx.split(blocks)
     x = jax.random.normal(jax.random.key(1), (1, length, width), jnp.float32)
 

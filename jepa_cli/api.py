@@ -154,7 +154,8 @@ def load_run(path: str | os.PathLike, step: int | None = None, weights: str = "t
     `weights` encoder ("target" or "context", as encode-latents --weights). InputError for a
     missing or damaged run, a step it does not hold, an objective without that encoder, and
     weights that hold NaN or inf."""
-    from jepa_cli.evaluation.run_encoder import WEIGHTS, open_encoder
+    from jepa_cli.evaluation.run_encoder import open_encoder
+    from jepa_cli.training.encoder import WEIGHTS
 
     path = _path(path, "path")
     _require(step is None or (_integer(step) and step >= 0), "step", "a checkpoint step (an integer >= 0) or None",

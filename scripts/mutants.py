@@ -69,7 +69,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "non-finite embeddings returned"),
     M("jepa_cli/api.py", "if labels.shape[:1] != inputs.shape[:1]:", "if len(labels) > len(inputs):",
       ("tests/test_adversarial_api.py",), "too few labels accepted by load_dataset"),
-    M("jepa_cli/training/run_table.py", 'dirs[:] = sorted(d for d in dirs if not d.startswith("."))',
+    M("jepa_cli/evaluation/run_table.py", 'dirs[:] = sorted(d for d in dirs if not d.startswith("."))',
       "dirs[:] = sorted(dirs)", ("tests/test_runs.py",), "jepa runs enters dot-folders"),
     M("jepa_cli/data/splits.py", "        chosen.pop()\n", "        pass\n", ("tests/test_ingest_groups.py",),
       "every group may go to test"),

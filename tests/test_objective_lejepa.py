@@ -136,7 +136,7 @@ def test_the_local_views_default_to_the_reference_s_98_of_224_in_whole_patches()
 
 
 def test_one_encoder_no_ema_and_the_one_encoder_is_the_target():
-    from jepa_cli.evaluation.run_encoder import select_encoder
+    from jepa_cli.training.encoder import select_encoder
 
     objective = make_objective("lejepa", {"width": 32, "depth": 1, "heads": 2, "patch_size": 4, "image_size": 16})
     assert objective.ema_spec is None

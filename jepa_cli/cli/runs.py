@@ -41,7 +41,7 @@ def command(folders: tuple[str, ...], objective: str | None, columns: str | None
     """
     from pathlib import Path
 
-    from jepa_cli.training.run_table import find_runs, run_table
+    from jepa_cli.evaluation.run_table import find_runs, run_table
 
     runs = find_runs(list(folders), warn=lambda message: warn(message, quiet))
     names = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]

@@ -163,6 +163,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
 
     from jepa_cli.cli.common import live_progress
     from jepa_cli.evaluation.online import training_probe
+    from jepa_cli.evaluation.quality import training_quality
 
     main = jax.process_index() == 0
     silent = quiet or not main
@@ -172,7 +173,7 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
                               on_warning=lambda message: warn(message, silent),
                               on_checkpoint=(lambda s: shown.log(f"checkpoint {s}")) if verbose else (lambda s: None))
         summary = train(config, callbacks=callbacks, resume=resume, force=force, allow_new_data=allow_new_data,
-                        make_probe=training_probe)
+                        make_probe=training_probe, make_quality=training_quality)
     if main:
         result = {k: summary.get(k) for k in ("run", "step", "loss", "steps", "objective", "checkpoints")}
         result.update({k: v for k, v in (summary.get("last_metrics") or {}).items() if k not in result})

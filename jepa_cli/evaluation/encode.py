@@ -100,7 +100,7 @@ def feature_shape(step: Callable, placed: Any, first: np.ndarray, transform: Cal
 
     shape = first.shape[1:]
     try:
-        probe_x = _prepare(first, transform, batch_size, modality)
+        probe_x = prepare_batch(first, transform, batch_size, modality)
         shape = probe_x.shape[1:]
         out_shape = jax.eval_shape(step, placed, jax.ShapeDtypeStruct(probe_x.shape, probe_x.dtype)).shape
     except InputError:
@@ -117,7 +117,7 @@ def encoded_batches(step: Callable, placed: Any, raw: np.ndarray, transform: Cal
     the same static shape, its padding rows dropped); batch s+1 is prepared while s runs."""
     pending = None
     for s in range(0, len(raw), batch_size):
-        out = step(placed, _prepare(raw[s:s + batch_size], transform, batch_size, modality))
+        out = step(placed, prepare_batch(raw[s:s + batch_size], transform, batch_size, modality))
         if pending is not None:
             yield np.asarray(pending[0])[:pending[1]]
         pending = (out, min(batch_size, len(raw) - s))
@@ -136,7 +136,7 @@ def check_finite_rows(z: np.ndarray, rows: str, encoder_name: str) -> None:
 
 # -- the mechanics -------------------------------------------------------------------------------
 
-def _prepare(images: np.ndarray, transform: Callable | None, batch_size: int, key: str = "image") -> np.ndarray:
+def prepare_batch(images: np.ndarray, transform: Callable | None, batch_size: int, key: str = "image") -> np.ndarray:
     """Transforms a batch of raw samples per example (each as {key: sample}, key the dataset's
     modality), then pads it to `batch_size` rows."""
     if transform is None:

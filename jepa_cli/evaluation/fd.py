@@ -226,7 +226,7 @@ def _load_encoder(run: str | os.PathLike, batch_size: int, log: Callable[[str], 
                   load_run: Callable | None) -> SimpleNamespace:
     """The run's target (EMA) encoder, mean-pooled and jitted, with its evaluation transform."""
     from jepa_cli.evaluation.encode import make_step
-    from jepa_cli.evaluation.run_encoder import select_encoder
+    from jepa_cli.training.encoder import select_encoder
 
     run = Path(run)
     if not run.is_dir():
@@ -249,14 +249,14 @@ def _encoded_dim(ds: SimpleNamespace, encoder: SimpleNamespace) -> int:
     take (another modality, other channels or sample rate, a shape the network refuses)."""
     import jax
 
-    from jepa_cli.evaluation.encode import _prepare
+    from jepa_cli.evaluation.encode import prepare_batch
     from jepa_cli.evaluation.features import check_modality_pair
-    from jepa_cli.evaluation.run_encoder import _check_channels, _check_sample_rate
+    from jepa_cli.evaluation.run_encoder import check_channels, check_sample_rate
 
     check_modality_pair(ds.path, ds.modality, encoder.objective, encoder.run)
-    _check_channels(ds.path, ds.attrs, encoder.config.get("channels"), encoder.run)
-    _check_sample_rate(ds.path, ds.attrs, encoder.config.get("sample_rate"), encoder.run)
-    probe = _prepare(store.read(store.open_array(ds.path / "inputs"), slice(0, 1)), encoder.transform,
+    check_channels(ds.path, ds.attrs, encoder.config.get("channels"), encoder.run)
+    check_sample_rate(ds.path, ds.attrs, encoder.config.get("sample_rate"), encoder.run)
+    probe = prepare_batch(store.read(store.open_array(ds.path / "inputs"), slice(0, 1)), encoder.transform,
                      encoder.batch_size, ds.modality)
     try:
         shape = jax.eval_shape(encoder.step, encoder.placed, jax.ShapeDtypeStruct(probe.shape, probe.dtype)).shape
@@ -286,7 +286,7 @@ def _features(ds: SimpleNamespace, dim: int, encoder: SimpleNamespace | None,
     out = np.empty((ds.n, dim), np.float64)
     encode = encoder is not None and ds.modality != "latent"
     if encode:
-        from jepa_cli.evaluation.encode import _prepare
+        from jepa_cli.evaluation.encode import prepare_batch
 
         rows = encoder.batch_size
     else:
@@ -295,7 +295,7 @@ def _features(ds: SimpleNamespace, dim: int, encoder: SimpleNamespace | None,
         b = min(a + rows, ds.n)
         raw = store.read(inputs, slice(a, b))
         if encode:
-            x = _prepare(raw, encoder.transform, encoder.batch_size, ds.modality)
+            x = prepare_batch(raw, encoder.transform, encoder.batch_size, ds.modality)
             out[a:b] = np.asarray(encoder.step(encoder.placed, x))[:b - a]
         elif ds.modality == "latent":
             out[a:b] = raw.mean(axis=1, dtype=np.float64) if raw.ndim == 3 else raw.reshape(b - a, -1)

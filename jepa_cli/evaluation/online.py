@@ -52,7 +52,7 @@ def training_probe(config: Any, objective: Any, abstract_state: Any, out: Path) 
 
 def _target_encoder(objective: Any, state: Any, out: Path) -> Any:
     """The parameters the training-time probe encodes with: the target (EMA) encoder."""
-    from jepa_cli.evaluation.run_encoder import select_encoder
+    from jepa_cli.training.encoder import select_encoder
 
     return select_encoder(objective, {"params": state.params, "ema": state.ema}, "target", out)
 
@@ -67,9 +67,9 @@ class OnlineProbe:
                  image_size: Any = None, channels: int | None = None, what: str = "--probe-data"):
         import jax
 
-        from jepa_cli.evaluation.encode import _prepare, pooled_features, source_attributes
+        from jepa_cli.evaluation.encode import prepare_batch, pooled_features, source_attributes
         from jepa_cli.evaluation.features import check_modality_pair
-        from jepa_cli.evaluation.run_encoder import _check_channels
+        from jepa_cli.evaluation.run_encoder import check_channels
 
         if not callable(getattr(objective, "encode", None)):
             raise InputError(f"objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
@@ -84,14 +84,14 @@ class OnlineProbe:
                                 None if what == "--probe-data" else what)
             if not (path / "labels").exists():
                 raise InputError(f"{what}: {path}: has no labels; a probe needs a labelled dataset")
-            _check_channels(path, attrs, channels, Path("the run"))
+            check_channels(path, attrs, channels, Path("the run"))
             raw = store.read_array(path / "inputs")
             labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
             if len(raw) == 0 or len(raw) != len(labels):
                 raise InputError(f"{what}: {path}: {len(raw)} samples and {len(labels)} labels")
             modality = attrs.get("modality", "image")
             batch = min(ENCODE_BATCH, len(raw))  # as encode_dataset pads
-            batches = [_prepare(raw[a:a + batch], transform, batch, modality) for a in range(0, len(raw), batch)]
+            batches = [prepare_batch(raw[a:a + batch], transform, batch, modality) for a in range(0, len(raw), batch)]
             sets.append((batches, len(raw), labels, list(attrs.get("class_names") or [])))
         (self._train, n_train, self.train_labels, names), (self._test, _, self.test_labels, _) = sets
         if n_train < k:
@@ -140,7 +140,7 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
     training-time probe's `knn_top1` at that step for the same datasets and k."""
     from jepa_cli.evaluation.knn import knn_probe
     from jepa_cli.evaluation.linear import linear_probe
-    from jepa_cli.evaluation.run_encoder import select_encoder
+    from jepa_cli.training.encoder import select_encoder
     from jepa_cli.training.run import checkpoint_steps, load_run
 
     if kind not in ("knn", "linear"):

@@ -73,7 +73,7 @@ class QualitySignal:
         import jax
 
         from jepa_cli.data import store
-        from jepa_cli.evaluation.encode import _prepare, pooled_features, source_attributes
+        from jepa_cli.evaluation.encode import prepare_batch, pooled_features, source_attributes
         from jepa_cli.evaluation.online import ENCODE_BATCH
 
         modality = source_attributes(data).get("modality", "image")
@@ -82,7 +82,7 @@ class QualitySignal:
         raw = store.read(raw_array, slice(0, self.n))
         transform = objective.eval_transform(image_size)
         batch = min(ENCODE_BATCH, self.n)  # as encode_dataset pads
-        self._batches = [_prepare(raw[a:a + batch], transform, batch, modality) for a in range(0, self.n, batch)]
+        self._batches = [prepare_batch(raw[a:a + batch], transform, batch, modality) for a in range(0, self.n, batch)]
         self._features = jax.jit(pooled_features(objective.encode, "mean"))
         self._statistic = jax.jit(quality_statistic)
         self._seed = seed
@@ -121,7 +121,7 @@ def quality_run(run_dir: str | Path, step: int | str | None = "all", data: str |
     step, the metrics.jsonl value (to float rounding). A run trained with `quality_batch` 0 is scored
     on the key's default. One {'step', 'sigreg_quality'} per checkpoint; `on_result(row)` as each is
     done."""
-    from jepa_cli.evaluation.run_encoder import select_encoder
+    from jepa_cli.training.encoder import select_encoder
     from jepa_cli.training.config import TrainConfig
     from jepa_cli.training.run import checkpoint_steps, load_run
 

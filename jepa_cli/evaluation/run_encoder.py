@@ -4,7 +4,7 @@ API (jepa_cli.api) use it.
 `open_encoder(run_dir, step, weights)` loads the checkpoint (`jepa_cli.training.run.load_run`) and
 picks the target (EMA) or context encoder (`select_encoder`), refusing weights that hold NaN or
 inf; the `RunEncoder` it returns gives the objective's encode function and evaluation transform.
-`_check_channels` and `_check_sample_rate` refuse a dataset the run was not trained on.
+`check_channels` and `check_sample_rate` refuse a dataset the run was not trained on.
 `encode_run(run_dir, source, output, ...)` (`jepa encode-latents`) encodes a dataset with it
 through `evaluation.encode.encode_dataset`, recording the run, step and weights as provenance.
 """
@@ -20,28 +20,9 @@ from typing import Any, Callable
 from jepa_cli.data import atomic, store
 from jepa_cli.errors import InputError
 from jepa_cli.evaluation.encode import POOLS, encode_dataset, source_attributes
+from jepa_cli.training.encoder import WEIGHTS, select_encoder
 
 LAYERS = {"last": 1, "last4": 4}
-WEIGHTS = ("target", "context")
-
-
-def select_encoder(objective, host: dict[str, Any], weights: str, run_dir) -> Any:
-    """The encoder parameters: the EMA target (`ema`) or the context encoder (`params['encoder']`). An
-    objective without an EMA spec (LeJEPA) has one encoder, `params['encoder']`, which both name."""
-    if weights not in WEIGHTS:
-        raise InputError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
-    name = getattr(objective, "name", type(objective).__name__)
-    if not callable(getattr(objective, "encode", None)):
-        raise InputError(f"{run_dir}: objective {name!r} has no encoder to encode with")
-    params = host.get("params") or {}
-    one_encoder = hasattr(objective, "ema_spec") and objective.ema_spec is None
-    if weights == "target" and not one_encoder:
-        if host.get("ema") is None:
-            raise InputError(f"{run_dir}: objective {name!r} keeps no target (EMA) encoder; use --weights context")
-        return host["ema"]
-    if not isinstance(params, dict) or "encoder" not in params:
-        raise InputError(f"{run_dir}: objective {name!r} has no 'encoder' parameters")
-    return params["encoder"]
 
 
 def _check_finite(params: Any, what: str) -> None:
@@ -59,7 +40,7 @@ def _check_finite(params: Any, what: str) -> None:
                          "earlier --step)")
 
 
-def _check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: int | None, run_dir: Path) -> None:
+def check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: int | None, run_dir: Path) -> None:
     """Images `[N, H, W, C]` must have the channels the run's encoder was trained on."""
     if channels is None or attrs.get("layout") != "NHWC" or not (Path(source) / "inputs").exists():
         return
@@ -69,7 +50,7 @@ def _check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: 
                          f"(ingest it again with --channels {channels})")
 
 
-def _check_sample_rate(source, attrs: dict[str, Any], rate: int | None, run_dir: Path) -> None:
+def check_sample_rate(source, attrs: dict[str, Any], rate: int | None, run_dir: Path) -> None:
     """Audio must be at the sample rate the run's front-end was built for."""
     if rate is None or attrs.get("modality") != "audio":
         return
@@ -156,8 +137,8 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
     check_modality_pair(source, source_attrs.get("modality", "image"), objective, run_dir)
     encode_fn = encoder.encode_fn(layers)
     objective_config = encoder.objective_config
-    _check_channels(source, source_attrs, objective_config.get("channels"), run_dir)
-    _check_sample_rate(source, source_attrs, objective_config.get("sample_rate"), run_dir)
+    check_channels(source, source_attrs, objective_config.get("channels"), run_dir)
+    check_sample_rate(source, source_attrs, objective_config.get("sample_rate"), run_dir)
     transform = encoder.transform()
     mesh_obj = None
     if mesh:

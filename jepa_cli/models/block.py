@@ -36,7 +36,7 @@ def trunc_normal(std: float = 0.02):
     return init
 
 
-_zeros = nnx.initializers.zeros_init()
+zero_init = nnx.initializers.zeros_init()
 
 
 class Linear(nnx.Linear):
@@ -52,9 +52,9 @@ class Linear(nnx.Linear):
         return y.reshape(*lead, y.shape[-1])
 
 
-def _linear(din, dout, dtype, rngs):
+def linear_layer(din, dout, dtype, rngs):
     return Linear(
-        din, dout, kernel_init=trunc_normal(), bias_init=_zeros,
+        din, dout, kernel_init=trunc_normal(), bias_init=zero_init,
         dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
     )
 
@@ -62,7 +62,7 @@ def _linear(din, dout, dtype, rngs):
 NORM_EPS = 1e-6  # I-JEPA / V-JEPA vit_*: partial(nn.LayerNorm, eps=1e-6)
 
 
-def _layer_norm(dim, dtype, rngs, eps: float = NORM_EPS):
+def layer_norm(dim, dtype, rngs, eps: float = NORM_EPS):
     """LayerNorm in float32 whatever the compute dtype: torch autocast runs layer_norm in float32."""
     del dtype
     return nnx.LayerNorm(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
@@ -112,8 +112,8 @@ class Attention(nnx.Module):
     def __init__(self, dim: int, heads: int, dtype, rngs: nnx.Rngs):
         self.heads = heads
         self.dtype = dtype
-        self.qkv = _linear(dim, 3 * dim, dtype, rngs)
-        self.proj = _linear(dim, dim, dtype, rngs)
+        self.qkv = linear_layer(dim, 3 * dim, dtype, rngs)
+        self.proj = linear_layer(dim, dim, dtype, rngs)
 
     def __call__(self, x, key_valid=None):
         n, length, dim = x.shape
@@ -161,8 +161,8 @@ gelu.defvjp(_gelu_forward, _gelu_backward)
 
 class Mlp(nnx.Module):
     def __init__(self, dim: int, hidden: int, dtype, rngs: nnx.Rngs):
-        self.fc1 = _linear(dim, hidden, dtype, rngs)
-        self.fc2 = _linear(hidden, dim, dtype, rngs)
+        self.fc1 = linear_layer(dim, hidden, dtype, rngs)
+        self.fc2 = linear_layer(hidden, dim, dtype, rngs)
 
     def __call__(self, x):
         return self.fc2(gelu(self.fc1(x)))
@@ -200,7 +200,7 @@ class Block(nnx.Module):
                  cond_dim: int | None = None, mixer: str = "attn", ssm_state: int = 64,
                  ssm_step: tuple[float, float] = SSM_STEP, norm_eps: float = NORM_EPS):
         affine = cond_dim is None
-        norm = functools.partial(_layer_norm, eps=norm_eps) if affine else _plain_layer_norm
+        norm = functools.partial(layer_norm, eps=norm_eps) if affine else plain_layer_norm
         self.norm1 = norm(dim, dtype, rngs)
         if mixer == "attn":
             self.attn = Attention(dim, heads, dtype, rngs)
@@ -289,14 +289,14 @@ def run_blocks(blocks, x, key_valid=None, cond=None, *, scan: bool = False, rema
     return x
 
 
-def _plain_layer_norm(dim, dtype, rngs):
+def plain_layer_norm(dim, dtype, rngs):
     """LayerNorm without scale and bias (eps 1e-6), as DiT's modulated norms."""
     return nnx.LayerNorm(dim, epsilon=1e-6, use_scale=False, use_bias=False, dtype=dtype,
                          param_dtype=jnp.float32, rngs=rngs)
 
 
 
-def _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step=SSM_STEP, norm_eps=NORM_EPS):
+def make_blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step=SSM_STEP, norm_eps=NORM_EPS):
     """`depth` blocks; mixers None: all attention, the ViT's blocks in the official parameter order."""
     if mixers is None:
         return nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, norm_eps=norm_eps) for _ in range(depth)])

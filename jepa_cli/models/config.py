@@ -40,7 +40,7 @@ MODEL_SIZES: dict[str, ModelSize] = {
 assert tuple(MODEL_SIZES) == MODEL_NAMES
 
 
-def _pair(x) -> tuple[int, int]:
+def as_pair(x) -> tuple[int, int]:
     if isinstance(x, (tuple, list)):
         if len(x) != 2:
             raise InputError(f"expected one size or (height, width), got {x!r}")
@@ -116,7 +116,7 @@ class ModelConfig:
             raise InputError(f"unknown dtype {self.dtype!r} (choose from {', '.join(COMPUTE_DTYPES)})")
         if isinstance(self.image_size, list):
             object.__setattr__(self, "image_size", tuple(self.image_size))
-        h, w = _pair(self.image_size)
+        h, w = as_pair(self.image_size)
         if h <= 0 or w <= 0:
             raise InputError(f"image size {h}x{w} must be positive")
         for name in ("width", "depth", "heads", "pred_heads", "mlp_ratio"):
@@ -192,7 +192,7 @@ class ModelConfig:
 
     @property
     def grid(self) -> tuple[int, int]:
-        h, w = _pair(self.image_size)
+        h, w = as_pair(self.image_size)
         return h // self.patch_size, w // self.patch_size
 
     @property
@@ -211,7 +211,7 @@ class ModelConfig:
         from jepa_cli.models.vit import VisionTransformer
 
         return use_attention(VisionTransformer(
-            image_size=_pair(self.image_size),
+            image_size=as_pair(self.image_size),
             patch_size=self.patch_size,
             channels=self.channels,
             width=self.embed_dim,
@@ -272,7 +272,7 @@ class VideoModelConfig(ModelConfig):
         from jepa_cli.models.vit import VisionTransformer
 
         return use_attention(VisionTransformer(
-            image_size=_pair(self.image_size), patch_size=self.patch_size, channels=self.channels,
+            image_size=as_pair(self.image_size), patch_size=self.patch_size, channels=self.channels,
             width=self.embed_dim, depth=self.encoder_depth, heads=self.num_heads,
             mlp_ratio=self.encoder_mlp_ratio, dtype=self.compute_dtype, rngs=rngs,
             num_frames=self.num_frames, tubelet_size=self.tubelet_size, scan_layers=self.scan_layers,

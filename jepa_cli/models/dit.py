@@ -21,7 +21,7 @@ from flax import nnx
 
 from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.models.pos_embed import sincos_1d_from_grid, sincos_2d
-from jepa_cli.models.block import Block, ZeroLinear, _linear, _plain_layer_norm, modulate, trunc_normal
+from jepa_cli.models.block import Block, ZeroLinear, linear_layer, plain_layer_norm, modulate, trunc_normal
 from jepa_cli.models.scan_order import to_scan_order
 
 FREQ_DIM = 256  # DiT's TimestepEmbedder frequency_embedding_size
@@ -53,9 +53,9 @@ class DiT(nnx.Module):
         self.width = width
         self.dtype = dtype
         self.num_classes = num_classes
-        self.embed = _linear(in_dim, width, dtype, rngs)
-        self.t_fc1 = _linear(FREQ_DIM, width, dtype, rngs)
-        self.t_fc2 = _linear(width, width, dtype, rngs)
+        self.embed = linear_layer(in_dim, width, dtype, rngs)
+        self.t_fc1 = linear_layer(FREQ_DIM, width, dtype, rngs)
+        self.t_fc2 = linear_layer(width, width, dtype, rngs)
         # num_classes + 1 rows: the last is the null class of classifier-free guidance
         self.label_embed = nnx.Embed(num_classes + 1, width, embedding_init=trunc_normal(),
                                      param_dtype=jnp.float32, rngs=rngs)
@@ -65,7 +65,7 @@ class DiT(nnx.Module):
         else:
             self.blocks = nnx.List([Block(width, heads, mlp_ratio, dtype, rngs, cond_dim=width, mixer=m,
                                           ssm_state=ssm_state, ssm_step=ssm_step) for m in mixers[:depth]])
-        self.final_norm = _plain_layer_norm(width, dtype, rngs)
+        self.final_norm = plain_layer_norm(width, dtype, rngs)
         self.final_modulation = ZeroLinear(width, 2 * width, dtype, rngs)
         self.final_proj = ZeroLinear(width, out_dim, dtype, rngs)
 

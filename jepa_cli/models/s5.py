@@ -167,11 +167,11 @@ class S5Mixer(nnx.Module):
     that adaLN-Zero and the residual see a projection like attention's."""
 
     def __init__(self, dim: int, state: int, dtype, rngs: nnx.Rngs, step: tuple[float, float] = SSM_STEP):
-        from jepa_cli.models.block import _linear
+        from jepa_cli.models.block import linear_layer
 
         self.dtype = dtype
         self.ssm = S5(dim, state, rngs, step)
-        self.proj = _linear(dim, dim, dtype, rngs)
+        self.proj = linear_layer(dim, dim, dtype, rngs)
 
     def __call__(self, x, valid=None, times=None):
         from jepa_cli.models.block import gelu

@@ -42,7 +42,7 @@ from jepa_cli.data.resources import available_memory, format_bytes
 from jepa_cli.errors import InputError
 
 # torch's typed storage classes (pickled as globals `torch.<Name>`) -> their element dtype
-_STORAGE_DTYPES = {
+STORAGE_DTYPES = {
     "FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
     "BFloat16Storage": "bfloat16", "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
     "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_, "UntypedStorage": np.uint8,
@@ -313,7 +313,7 @@ _ALLOWED = {
 }
 
 
-def _dtype(name: str):
+def numpy_dtype(name: str):
     if name == "bfloat16":
         import ml_dtypes  # a JAX dependency
 
@@ -373,7 +373,7 @@ def read_torch_checkpoint(path: str | Path, keys: Iterable[str] | None = None, i
             def find_class(self, module: str, name: str):
                 if (module, name) in _ALLOWED:
                     return _ALLOWED[(module, name)]
-                if module == "torch" and name in _STORAGE_DTYPES:
+                if module == "torch" and name in STORAGE_DTYPES:
                     return name
                 if _runs_code(module, name):
                     raise InputError(f"{path}: holds a call to {module}.{name}, which would run code when "
@@ -389,10 +389,10 @@ def read_torch_checkpoint(path: str | Path, keys: Iterable[str] | None = None, i
                 if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
                     raise InputError(f"{path}: unexpected persistent id {pid!r} in data.pkl")
                 _, kind, key, _location, numel = pid[:5]
-                if not (isinstance(kind, str) and kind in _STORAGE_DTYPES and isinstance(key, str)):
+                if not (isinstance(kind, str) and kind in STORAGE_DTYPES and isinstance(key, str)):
                     raise ValueError(f"a storage of kind {kind!r} and key {key!r}, not a torch storage")
                 if key not in storages:
-                    dtype = np.dtype(_dtype(_STORAGE_DTYPES[kind]))
+                    dtype = np.dtype(numpy_dtype(STORAGE_DTYPES[kind]))
                     numel = _count(numel, f"the element count of storage {key}")
                     name = f"{prefix}data/{key}"
                     if archive.getinfo(name).file_size < numel * dtype.itemsize:

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from jepa_cli.models.torch_checkpoint import _STORAGE_DTYPES, _dtype
+from jepa_cli.models.torch_checkpoint import STORAGE_DTYPES, numpy_dtype
 
 ALIGNMENT = 64  # torch.save's .storage_alignment: each storage's bytes start on this boundary
 ARCHIVE = "archive"  # the archive's top folder; torch.load accepts any single name
 # NumPy dtype -> torch's storage class (UntypedStorage is bytes of no dtype: never written)
-_STORAGES = {np.dtype(_dtype(dt)): name for name, dt in _STORAGE_DTYPES.items() if name != "UntypedStorage"}
+_STORAGES = {np.dtype(numpy_dtype(dt)): name for name, dt in STORAGE_DTYPES.items() if name != "UntypedStorage"}
 
 
 class _PickleWriter:

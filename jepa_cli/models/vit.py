@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jepa_cli.errors import InputError
-from jepa_cli.models.block import NORM_EPS, _blocks, _layer_norm, _linear, _zeros, run_blocks, trunc_normal
+from jepa_cli.models.block import NORM_EPS, make_blocks, layer_norm, linear_layer, zero_init, run_blocks, trunc_normal
 from jepa_cli.names import COMPUTE_DTYPES
 from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d
@@ -76,11 +76,11 @@ class VisionTransformer(nnx.Module):
         kernel = (tubelet_size, patch_size, patch_size) if num_frames else (patch_size, patch_size)
         self.patch_embed = nnx.Conv(
             channels, width, kernel_size=kernel, strides=kernel, padding="VALID",
-            kernel_init=trunc_normal(), bias_init=_zeros,
+            kernel_init=trunc_normal(), bias_init=zero_init,
             dtype=dtype, param_dtype=jnp.float32, rngs=rngs,
         )
-        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step, norm_eps)
-        self.norm = _layer_norm(width, dtype, rngs, norm_eps)
+        self.blocks = make_blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step, norm_eps)
+        self.norm = layer_norm(width, dtype, rngs, norm_eps)
 
     def patchify(self, images):
         """The strided convolution as one matmul: [B, H, W, C] -> [B, h*w, D] (raster order), or
@@ -159,14 +159,14 @@ class VisionTransformerPredictor(nnx.Module):
         self.grid = tuple(grid)  # (rows, columns), or (frames, rows, columns) for video
         self.width = width
         self.dtype = dtype
-        self.predictor_embed = _linear(embed_dim, width, dtype, rngs)
+        self.predictor_embed = linear_layer(embed_dim, width, dtype, rngs)
         if num_mask_tokens is None:  # I-JEPA: one trunc-normal mask token
             self.mask_token = nnx.Param(trunc_normal()(rngs.params(), (1, 1, width)))
         else:  # V-JEPA: one zero-initialised token per mask type (vitl16.yaml zero_init_mask_tokens)
             self.mask_tokens = nnx.Param(jnp.zeros((num_mask_tokens, 1, width), jnp.float32))
-        self.blocks = _blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step, norm_eps)
-        self.norm = _layer_norm(width, dtype, rngs, norm_eps)
-        self.proj = _linear(width, embed_dim, dtype, rngs)
+        self.blocks = make_blocks(width, heads, mlp_ratio, dtype, rngs, depth, mixers, ssm_state, ssm_step, norm_eps)
+        self.norm = layer_norm(width, dtype, rngs, norm_eps)
+        self.proj = linear_layer(width, embed_dim, dtype, rngs)
 
     def __call__(self, context, context_index, context_valid, target_index, target_valid):
         """context [B, C, K, D] (or [B, K, D]), context_index/valid [B, C, K] (or [B, K]),

@@ -24,6 +24,7 @@ import numpy as np
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.models import ModuleTemplate
+from jepa_cli.models.config import as_pair
 from jepa_cli.models.vit import DTYPES
 from jepa_cli.objectives.base import EMASpec, decay_matrices_only
 from jepa_cli.objectives.genconfig import MODALITIES, GenerativeConfig, config_notes
@@ -39,10 +40,6 @@ def ema_decay(step, decay: float, power: float | None):
     return (1.0 - 1.0 / t) ** (power + 1.0)
 
 
-def _pair(x):
-    return (int(x), int(x)) if isinstance(x, int) else (int(x[0]), int(x[1]))
-
-
 class GenerativeObjective:
     name = "generative"
     config_class = GenerativeConfig
@@ -54,7 +51,7 @@ class GenerativeObjective:
         c = self.config
         self.null_class = c.num_classes
         if c.modality == "image":
-            h, w = _pair(c.image_size)
+            h, w = as_pair(c.image_size)
             p = c.patch_size
             self.grid = (h // p, w // p)
             self.sample_shape = (h, w, c.channels)
@@ -139,7 +136,7 @@ class GenerativeObjective:
     def data_key(self) -> str:
         return self.config.modality
 
-    def _latent_norm(self):
+    def latent_norm(self):
         c = self.config
         d = self.sample_shape[-1]
         shift = np.asarray(c.latent_shift if c.latent_shift is not None else [0.0] * d, np.float32)
@@ -152,7 +149,7 @@ class GenerativeObjective:
         if self.config.modality == "image":
             return transforms.resize_center_crop(image_size or self.config.image_size, (0.5,) * self.config.channels,
                                                  (0.5,) * self.config.channels, resize_ratio=1.0)
-        shift, scale = self._latent_norm()
+        shift, scale = self.latent_norm()
 
         def latent(example, rng=None):
             out = dict(example)
@@ -168,7 +165,7 @@ class GenerativeObjective:
         x = np.asarray(x, np.float32)
         if self.config.modality == "image":
             return np.clip(np.round((x + 1.0) * 127.5), 0, 255).astype(np.uint8)
-        shift, scale = self._latent_norm()
+        shift, scale = self.latent_norm()
         return (x / scale + shift).astype(np.float32)
 
     # -- the network ----------------------------------------------------------------------------

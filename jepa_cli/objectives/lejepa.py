@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from jepa_cli.data import transforms
 from jepa_cli.models import ModuleTemplate
-from jepa_cli.models.config import _pair
+from jepa_cli.models.config import as_pair
 from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import decay_matrices_only
 from jepa_cli.objectives.lejepa_config import LeJEPAConfig
@@ -165,7 +165,7 @@ class LeJEPAObjective:
         C], local views under "image_local" [Vl, h, w, C]. The pixels are normalised on the host
         (`on_device` has no device part here, so the trainer refuses --device-normalise)."""
         c = self.config
-        size = _pair(image_size or c.image_size)
+        size = as_pair(image_size or c.image_size)
         views = (transforms.ViewSpec(c.views_global, size, c.crop_scale),
                  transforms.ViewSpec(c.views_local, c.local_size_pixels, c.local_scale))
         return transforms.multi_view(views, ("image", LOCAL_KEY), c.norm_mean, c.norm_std, c.crop_ratio, c.hflip,

@@ -13,7 +13,7 @@ from typing import Any
 
 from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
-from jepa_cli.models.config import MODEL_SIZES, ModelConfig, _pair
+from jepa_cli.models.config import MODEL_SIZES, ModelConfig, as_pair
 from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.objectives.ijepa_config import IJEPAConfig, check_sigreg, default_norm
 from jepa_cli.options import option, option_of
@@ -127,8 +127,8 @@ class LeJEPAConfig:
                 raise InputError(f"{name} needs 1 or {self.channels} values, got {len(v)}")
         model = self.model_config  # validates the encoder's fields
         if self.local_size is not None:
-            h, w = _pair(self.local_size)
-            gh, gw = _pair(self.image_size)
+            h, w = as_pair(self.local_size)
+            gh, gw = as_pair(self.image_size)
             if h <= 0 or w <= 0 or h % self.patch_size or w % self.patch_size:
                 raise InputError(f"local_size {h}x{w} must be positive whole patches of {self.patch_size}")
             if h > gh or w > gw:
@@ -147,9 +147,9 @@ class LeJEPAConfig:
     def local_size_pixels(self) -> tuple[int, int]:
         """(h, w) of the local views: local_size, or LOCAL_FRACTION of image_size in whole patches."""
         if self.local_size is not None:
-            return _pair(self.local_size)
+            return as_pair(self.local_size)
         p = self.patch_size
-        return tuple(max(p, round(s * LOCAL_FRACTION / p) * p) for s in _pair(self.image_size))
+        return tuple(max(p, round(s * LOCAL_FRACTION / p) * p) for s in as_pair(self.image_size))
 
     @property
     def local_model_config(self) -> ModelConfig:

@@ -128,7 +128,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     if c.modality == "image":
         extra["layout"] = "NHWC"
     else:
-        shift, scale = objective._latent_norm()
+        shift, scale = objective.latent_norm()
         extra.update(layout="ND" if len(objective.sample_shape) == 1 else "NTD",
                      latent_shift=[float(v) for v in shift], latent_scale=[float(v) for v in scale])
     attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),

@@ -125,9 +125,9 @@ def _check_official(run_dir: Path, name: str, objective: Any) -> Any:
         raise InputError(f"{run_dir}: its patches are {pt} frames x {pm} mel bins; the official {layout.title} "
                          "model takes square patch_size patches")
     if name in ("ijepa", "vjepa"):
-        from jepa_cli.models.config import _pair
+        from jepa_cli.models.config import as_pair
 
-        h, w = _pair(model.image_size)
+        h, w = as_pair(model.image_size)
         if h != w:  # img_size is one side: the official pos_embed is a square grid's
             what = "images" if name == "ijepa" else "frames"
             raise InputError(f"{run_dir}: its {what} are {h}x{w} pixels (image_size); the official {layout.title} "
@@ -145,7 +145,7 @@ def geometry(name: str, objective: Any) -> dict[str, Any]:
     input channels and the input's extent (I-JEPA and V-JEPA: `image_size`, one side, and the
     per-channel `mean` and `std`; V-JEPA also frames and tubelet; Audio-JEPA: spectrogram frames
     and mel bins)."""
-    from jepa_cli.models.config import _pair
+    from jepa_cli.models.config import as_pair
 
     model, config = objective.model_config, objective.config
     out: dict[str, Any] = {"objective": name, "model": str(getattr(config, "model", model.model)),
@@ -157,7 +157,7 @@ def geometry(name: str, objective: Any) -> dict[str, Any]:
     if name == "audio-jepa":
         out.update(frames=int(config.frames), mel_bins=int(config.mel_bins))
     else:  # and the input normalisation, so that the imported run encodes as this one
-        out.update(image_size=int(_pair(model.image_size)[0]), mean=[float(v) for v in config.norm_mean],
+        out.update(image_size=int(as_pair(model.image_size)[0]), mean=[float(v) for v in config.norm_mean],
                    std=[float(v) for v in config.norm_std])
     if name == "vjepa":
         out.update(num_frames=int(model.num_frames), tubelet_size=int(model.tubelet_size))
@@ -171,7 +171,7 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     file `output` (atomically; an existing path is refused). Returns a summary: the file, format,
     parts, step, epoch, tensor and parameter counts, bytes."""
     from jepa_cli.data.atomic import check_output_file, write_file
-    from jepa_cli.evaluation.run_encoder import WEIGHTS
+    from jepa_cli.training.encoder import WEIGHTS
     from jepa_cli.models.template import first_non_finite
     from jepa_cli.training.run import load_run, read_run
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from jepa_cli.errors import InputError, JepaError, Terminated, storage_failure
 from jepa_cli.training.config import TrainConfig, warmup_warning
-from jepa_cli.training.plan import Plan, ProbeFactory, make_plan, uses_labels
+from jepa_cli.training.plan import Plan, ProbeFactory, QualityFactory, make_plan, uses_labels
 from jepa_cli.training.rundir import RESERVE_FILE, lock_run, start_writing, storage_stop
 from jepa_cli.training.run import MetricsWriter, write_run
 
@@ -118,18 +118,20 @@ class _StopFlag:
 
 
 def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = None, resume: bool = False,
-          force: bool = False, allow_new_data: bool = False, make_probe: ProbeFactory | None = None) -> dict[str, Any]:
+          force: bool = False, allow_new_data: bool = False, make_probe: ProbeFactory | None = None,
+          make_quality: QualityFactory | None = None) -> dict[str, Any]:
     """Trains `objective` (built from config.objective when None) as `config` says; returns a summary.
     A resumed run keeps the dataset it was started on; `allow_new_data` lets it continue on another
     one (plan.py `_check_same_dataset`). `make_probe` builds the probe --probe-every runs (plan.py
-    ProbeFactory; `jepa train` passes evaluation.online.training_probe)."""
+    ProbeFactory; `jepa train` passes evaluation.online.training_probe), `make_quality` the signal
+    logged as `sigreg_quality` (QualityFactory; `jepa train` passes evaluation.quality.training_quality)."""
     import jax
 
     cb = callbacks or Callbacks()
     main = jax.process_index() == 0
     if not main:
         cb = Callbacks()
-    plan = make_plan(config, objective, resume, force, allow_new_data, make_probe)
+    plan = make_plan(config, objective, resume, force, allow_new_data, make_probe, make_quality)
     created = main and not plan.out.exists()
     lock, mode = lock_run(plan.out, main, plan.mode, resume, force, plan.seen)
     try:
@@ -216,14 +218,12 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
     run.json and trains; `held` follows the step and the saves."""
     import jax
 
-    from jepa_cli.evaluation.quality import training_quality
     from jepa_cli.training.abandoned_reads import silence_abandoned_reads
     from jepa_cli.training.checkpoint import Checkpoints
     from jepa_cli.training.data import DataLoader
     from jepa_cli.training.state import init_state
 
     out, lengths = plan.out, plan.lengths
-    quality = training_quality(config, plan.objective)  # its examples are read before RUN is touched
     # ---- from here on RUN is written --------------------------------------------------------------
     if main:
         start_writing(out, mode, plan.record, held.step)
@@ -249,7 +249,7 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
                  "devices": len(jax.devices()), "processes": jax.process_count(), **lengths})
     stop = _StopFlag()
     stop.install()
-    session = _Session(config, plan, cb, main, held, state, loader, quality)
+    session = _Session(config, plan, cb, main, held, state, loader, plan.quality)
     failed = True
     try:
         session.run(stop)
@@ -339,7 +339,7 @@ class _Session:
 
     def target_encoder(self) -> Any:
         """The current state's target (EMA) encoder parameters, the encoder downstream commands use."""
-        from jepa_cli.evaluation.run_encoder import select_encoder
+        from jepa_cli.training.encoder import select_encoder
 
         return select_encoder(self.plan.objective, {"params": self.state.params, "ema": self.state.ema}, "target",
                               self.plan.out)

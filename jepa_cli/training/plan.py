@@ -17,6 +17,9 @@ from jepa_cli.training.rundir import check_outputs, check_run_dir
 # make_probe(config, objective, abstract TrainState, RUN) -> probe(state) -> {metric: value}: the
 # training-time probe, built by the trainer's caller (`jepa train`: evaluation.online.training_probe)
 ProbeFactory = Callable[[TrainConfig, Any, Any, Path], Callable[[Any], dict[str, float]]]
+# make_quality(config, objective) -> quality(encoder params) -> a device scalar, or None when off: the
+# label-free figure logged as `sigreg_quality` (`jepa train`: evaluation.quality.training_quality)
+QualityFactory = Callable[[TrainConfig, Any], Callable[[Any], Any] | None]
 
 
 @dataclasses.dataclass
@@ -39,6 +42,7 @@ class Plan:
     new_data: bool = False  # resumed on another dataset (--allow-new-data): read it from its beginning
     seen: tuple[int, int, int] | None = None  # RUN's run.json as checked (run.run_identity)
     geometry: str | None = None  # geometry_warning: the dataset is not the size the model takes
+    quality: Callable[[Any], Any] | None = None  # the caller's quality signal (QualityFactory), None when off
 
 
 def _trace_step(step_fn: Callable, abstract: Any, state_sh: Any, batch_spec: dict[str, Any], objective: str) -> None:
@@ -158,9 +162,9 @@ def resolved_config(config: TrainConfig) -> tuple[TrainConfig, dict[str | None, 
 
 
 def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_new_data: bool = False,
-              make_probe: ProbeFactory | None = None) -> Plan:
+              make_probe: ProbeFactory | None = None, make_quality: QualityFactory | None = None) -> Plan:
     """Validates everything (dataset, objective, mesh, batch, RUN, the traced step, the probe built by
-    `make_probe`); writes nothing."""
+    `make_probe`, the quality signal built by `make_quality`, which reads its examples); writes nothing."""
     import jax
 
     from jepa_cli.training import mesh as mesh_lib
@@ -222,7 +226,8 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
               "status": "running"}
     return Plan(out=out, mode=mode, objective=objective, lengths=lengths, mesh=mesh, tx=tx, abstract=abstract,
                  state_sh=state_sh, batch_sh=batch_sh, transform=transform, step_fn=step_fn, record=record,
-                 probe=probe, new_data=new_data, seen=seen, geometry=geometry)
+                 probe=probe, new_data=new_data, seen=seen, geometry=geometry,
+                 quality=make_quality(config, objective) if make_quality else None)
 
 
 def _train_transform(config: TrainConfig, objective) -> tuple[Callable, Callable | None]:
