@@ -13,10 +13,10 @@ CIFAR-10's). The tarball is pinned by its SHA-256. Not used by the tests or the 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import subprocess
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -66,6 +66,7 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    main(Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("out", type=Path, help="the folder to write the .npy files into")
+    main(parser.parse_args().out)

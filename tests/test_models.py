@@ -230,7 +230,7 @@ def test_bfloat16_compute_keeps_float32_params(tiny):
 
 
 def test_gelu_is_the_exact_erf_gelu_with_its_exact_gradient():
-    from jepa_cli.models.block import gelu
+    from jepa_cli.models.layers import gelu
 
     x = jnp.linspace(-6.0, 6.0, 1001)
     np.testing.assert_allclose(gelu(x), jax.nn.gelu(x, approximate=False), atol=2e-6)

@@ -21,7 +21,8 @@ from flax import nnx
 
 from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.models.pos_embed import sincos_1d_from_grid, sincos_2d
-from jepa_cli.models.block import Block, ZeroLinear, linear_layer, plain_layer_norm, modulate, trunc_normal
+from jepa_cli.models.block import Block, ZeroLinear, modulate, plain_layer_norm
+from jepa_cli.models.layers import linear_layer, trunc_normal
 from jepa_cli.models.scan_order import to_scan_order
 
 FREQ_DIM = 256  # DiT's TimestepEmbedder frequency_embedding_size

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jepa_cli.models.layers import gelu, linear_layer
 from jepa_cli.models.mixer_pattern import SSM_STEP
 
 # The S5 leaves kept out of weight decay: S5's "standard" optimiser groups (train_helpers.py
@@ -167,13 +168,9 @@ class S5Mixer(nnx.Module):
     that adaLN-Zero and the residual see a projection like attention's."""
 
     def __init__(self, dim: int, state: int, dtype, rngs: nnx.Rngs, step: tuple[float, float] = SSM_STEP):
-        from jepa_cli.models.block import linear_layer
-
         self.dtype = dtype
         self.ssm = S5(dim, state, rngs, step)
         self.proj = linear_layer(dim, dim, dtype, rngs)
 
     def __call__(self, x, valid=None, times=None):
-        from jepa_cli.models.block import gelu
-
         return self.proj(gelu(self.ssm(x, valid, times)).astype(self.dtype))

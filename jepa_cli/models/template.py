@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jepa_cli.models.block import trunc_normal
+from jepa_cli.models.layers import trunc_normal
 
 
 def _str_keys(tree):

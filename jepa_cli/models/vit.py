@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jepa_cli.errors import InputError
-from jepa_cli.models.block import NORM_EPS, make_blocks, layer_norm, linear_layer, zero_init, run_blocks, trunc_normal
+from jepa_cli.models.block import make_blocks, run_blocks
+from jepa_cli.models.layers import NORM_EPS, layer_norm, linear_layer, trunc_normal, zero_init
 from jepa_cli.names import COMPUTE_DTYPES
 from jepa_cli.models.mixer_pattern import SSM_STEP
 from jepa_cli.models.pos_embed import sincos_2d, sincos_3d

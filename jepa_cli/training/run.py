@@ -21,7 +21,7 @@ RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 # The objectives whose options include the model's LayerNorm epsilon `norm_eps`. A config saved without
-# it describes a model built with eps 1e-6 (models/block.NORM_EPS), whatever the objective's default.
+# it describes a model built with eps 1e-6 (models/layers.NORM_EPS), whatever the objective's default.
 NORM_EPS_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa", "lejepa")
 SAVED_NORM_EPS = 1e-6
 
