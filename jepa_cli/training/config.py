@@ -390,11 +390,9 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
     stored: dict[str, Any] = {}
     out = cli_values.get("out")
     if resume and out and (Path(out) / "run.json").exists():
-        from jepa_cli.training.import_official import check_resumable
         from jepa_cli.training.run import read_run
 
         record = read_run(out)
-        check_resumable(record, out)
         stored = dict(record.get("config", {}))
         stored["objective_config"] = {k: v for k, v in stored.get("objective_config", {}).items()
                                       if k != "total_updates"}  # recomputed from the run length

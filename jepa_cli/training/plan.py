@@ -167,12 +167,13 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     `make_probe`, the quality signal built by `make_quality`, which reads its examples); writes nothing."""
     import jax
 
-    from jepa_cli.training import mesh as mesh_lib
-    from jepa_cli.data.trainable import check_dataset, check_modality
-    from jepa_cli.training.data import abstract_batch
     from jepa_cli.data.files import check_regular
-    from jepa_cli.training.run import (METRICS_FILE, abstract_state, build_optimizer, read_run, require_tensorboard,
-                                       require_wandb, run_identity)
+    from jepa_cli.data.trainable import check_dataset, check_modality
+    from jepa_cli.training import mesh as mesh_lib
+    from jepa_cli.training.data import abstract_batch
+    from jepa_cli.training.import_official import check_resumable
+    from jepa_cli.training.run import (METRICS_FILE, RUN_FILE, abstract_state, build_optimizer, read_run,
+                                       require_tensorboard, require_wandb, run_identity)
     from jepa_cli.training.step import jit_step, make_step_fn
 
     if config.tensorboard:
@@ -188,6 +189,8 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
             raise InputError(f"{option} {path}: URLs are not supported; mount the bucket and give its local path "
                              "(docs/distributed.md)")
     out = Path(config.out)
+    if resume and (out / RUN_FILE).is_file():  # an encoder-only run has nothing to resume, whatever else is asked
+        check_resumable(read_run(out), out)
     ds = check_dataset(config.data)
     check_outputs(config)
     lengths = resolve_lengths(config, ds["num_samples"])
