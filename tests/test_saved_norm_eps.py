@@ -33,7 +33,7 @@ def test_a_new_audio_run_records_norm_eps_1e_5():
 
 
 def test_run_json_without_norm_eps_reads_as_1e_6_for_an_audio_run(tmp_path):
-    from jepa_cli.training.run import read_run
+    from jepa_cli.training.runfiles import read_run
 
     run, _, _ = _audio_run(tmp_path, TINY_AUDIO)
     assert "norm_eps" not in json.loads((run / "run.json").read_text())["config"]["objective_config"]
@@ -65,7 +65,7 @@ def test_every_objective_with_norm_eps_is_read_back_with_1e_6(objective):
     import dataclasses
 
     from jepa_cli.objectives import OBJECTIVES
-    from jepa_cli.training.run import NORM_EPS_OBJECTIVES, saved_config
+    from jepa_cli.training.runfiles import NORM_EPS_OBJECTIVES, saved_config
 
     with_option = {name for name, cls in OBJECTIVES.items()
                    if "norm_eps" in {f.name for f in dataclasses.fields(cls().config)}}

@@ -16,7 +16,8 @@ from jepa_cli.data import store
 from jepa_cli.errors import InputError, JepaError
 from jepa_cli.training.config import TrainConfig, build_config
 from jepa_cli.training.loop import Callbacks, train
-from jepa_cli.training.run import load_run, params_sha256, read_metrics
+from jepa_cli.training.run import load_run, params_sha256
+from jepa_cli.training.runfiles import read_metrics
 
 TOY = "toy_objective:make"
 
@@ -225,7 +226,7 @@ def test_lock_of_a_killed_trainer_does_not_block_the_next(dataset, tmp_path):
 
 
 def test_run_lock_refuses_a_second_holder_naming_the_first(tmp_path):
-    from jepa_cli.training.run import RunLock
+    from jepa_cli.training.runfiles import RunLock
 
     with RunLock(tmp_path):
         with pytest.raises(InputError, match=f"pid {os.getpid()}"):

@@ -106,7 +106,7 @@ def _run_on_line(ctx: click.Context) -> str | None:
 
 def complete_steps(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The checkpoint steps of the RUN given earlier on the line (argument `run` or option --run)."""
-    from jepa_cli.training.run import checkpoint_steps  # no JAX there (NumPy only)
+    from jepa_cli.training.runfiles import checkpoint_steps  # no JAX there (NumPy only)
 
     run = _run_on_line(ctx)
     steps = [str(step) for step in checkpoint_steps(run)] if run else []

@@ -141,7 +141,8 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
     from jepa_cli.evaluation.knn import knn_probe
     from jepa_cli.evaluation.linear import linear_probe
     from jepa_cli.training.encoder import select_encoder
-    from jepa_cli.training.run import checkpoint_steps, load_run
+    from jepa_cli.training.run import load_run
+    from jepa_cli.training.runfiles import checkpoint_steps
 
     if kind not in ("knn", "linear"):
         raise InputError(f"--run probes with knn or linear, not {kind!r}")

@@ -123,7 +123,8 @@ def quality_run(run_dir: str | Path, step: int | str | None = "all", data: str |
     done."""
     from jepa_cli.training.encoder import select_encoder
     from jepa_cli.training.config import TrainConfig
-    from jepa_cli.training.run import checkpoint_steps, load_run
+    from jepa_cli.training.run import load_run
+    from jepa_cli.training.runfiles import checkpoint_steps
 
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").exists():

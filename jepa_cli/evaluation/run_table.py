@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jepa_cli.errors import InputError
-from jepa_cli.training.run import RUN_FILE, checkpoint_steps, read_metrics, read_run
+from jepa_cli.training.runfiles import RUN_FILE, checkpoint_steps, read_metrics, read_run
 
 PROBE_KEYS = ("knn_top1", "knn_top5")  # the training-time probe's figures (--probe-every)
 QUALITY_KEY = "sigreg_quality"  # the label-free figure the trainer logs (evaluation/quality.py)

@@ -67,7 +67,8 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     log = on_log or (lambda message: None)
     mark = signal_mark()
     from jepa_cli.sampling.sampler import SAMPLERS, check_interval, check_interval_guides, sampling_batch_size
-    from jepa_cli.training.run import load_run, params_sha256, read_run
+    from jepa_cli.training.run import load_run, params_sha256
+    from jepa_cli.training.runfiles import read_run
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

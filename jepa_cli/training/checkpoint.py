@@ -27,7 +27,7 @@ import jax
 
 from jepa_cli.data.files import read_json, replace_file
 from jepa_cli.errors import InputError
-from jepa_cli.training.run import is_step_name
+from jepa_cli.training.runfiles import is_step_name
 from jepa_cli.training.abandoned_reads import settle_abandoned_reads_at_exit, silence_abandoned_reads
 
 ITEMS = ("state", "data", "config", "versions")

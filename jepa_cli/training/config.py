@@ -390,7 +390,7 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
     stored: dict[str, Any] = {}
     out = cli_values.get("out")
     if resume and out and (Path(out) / "run.json").exists():
-        from jepa_cli.training.run import read_run
+        from jepa_cli.training.runfiles import read_run
 
         record = read_run(out)
         stored = dict(record.get("config", {}))

@@ -46,7 +46,7 @@ def plot_runs(runs: list[str | Path], output: str | Path, metrics: tuple[str, ..
     statistics). A metric named that no run logged is an InputError naming it. Returns {"png", "runs",
     "labels", "metrics", "rows"} (rows: metrics.jsonl rows read per run)."""
     from jepa_cli.data import atomic
-    from jepa_cli.training.run import read_metrics, read_run
+    from jepa_cli.training.runfiles import read_metrics, read_run
 
     chosen = metrics is not None
     metrics = tuple(dict.fromkeys(metrics if chosen else DEFAULT_METRICS))  # a metric named twice gets one panel

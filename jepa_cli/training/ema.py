@@ -18,7 +18,8 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
     damaged newer one is reported as on_fallback(step, message), see run.load_run)."""
     import jax
 
-    from jepa_cli.training.run import load_run, read_run
+    from jepa_cli.training.run import load_run
+    from jepa_cli.training.runfiles import read_run
 
     config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback)
     spec = objective.ema_spec

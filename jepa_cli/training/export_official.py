@@ -173,7 +173,8 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     from jepa_cli.data.atomic import check_output_file, write_file
     from jepa_cli.training.encoder import WEIGHTS
     from jepa_cli.models.template import first_non_finite
-    from jepa_cli.training.run import load_run, read_run
+    from jepa_cli.training.run import load_run
+    from jepa_cli.training.runfiles import read_run
 
     kind = format_of(output)
     if weights not in WEIGHTS:
@@ -257,7 +258,8 @@ def snippet(run_dir: str | os.PathLike) -> str:
     as `jepa encode-latents` pools. Refused as `export_run` refuses a run the official model cannot
     compute. Reads run.json only; writes nothing."""
     from jepa_cli.training.config import build_config
-    from jepa_cli.training.run import make_objective, read_run
+    from jepa_cli.training.run import make_objective
+    from jepa_cli.training.runfiles import read_run
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -579,7 +579,8 @@ def import_checkpoint(source: str | Path, out: str | Path, options: ImportOption
     from jepa_cli.errors import storage_failure
     from jepa_cli.training.abandoned_reads import silence_abandoned_reads
     from jepa_cli.training.checkpoint import Checkpoints, sha256_of
-    from jepa_cli.training.run import build_optimizer, make_objective, objective_config_of, write_run
+    from jepa_cli.training.run import build_optimizer, make_objective, objective_config_of
+    from jepa_cli.training.runfiles import write_run
     from jepa_cli.training.state import TrainState
 
     source = Path(source)

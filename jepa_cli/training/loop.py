@@ -23,7 +23,8 @@ from jepa_cli.errors import InputError, JepaError, Terminated, storage_failure
 from jepa_cli.training.config import TrainConfig, warmup_warning
 from jepa_cli.training.plan import Plan, ProbeFactory, QualityFactory, make_plan, uses_labels
 from jepa_cli.training.rundir import RESERVE_FILE, lock_run, start_writing, storage_stop
-from jepa_cli.training.run import MetricsWriter, write_run
+from jepa_cli.training.run import MetricsWriter
+from jepa_cli.training.runfiles import write_run
 
 
 class TrainingDiverged(JepaError):

@@ -172,8 +172,8 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
     from jepa_cli.training import mesh as mesh_lib
     from jepa_cli.training.data import abstract_batch
     from jepa_cli.training.import_official import check_resumable
-    from jepa_cli.training.run import (METRICS_FILE, RUN_FILE, abstract_state, build_optimizer, read_run,
-                                       require_tensorboard, require_wandb, run_identity)
+    from jepa_cli.training.run import abstract_state, build_optimizer, require_tensorboard, require_wandb
+    from jepa_cli.training.runfiles import METRICS_FILE, RUN_FILE, read_run, run_identity
     from jepa_cli.training.step import jit_step, make_step_fn
 
     if config.tensorboard:

@@ -17,8 +17,8 @@ import numpy as np
 from jepa_cli.data.files import read_jsonl, replace_file
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import TrainConfig
-from jepa_cli.training.run import (LOCK_FILE, METRICS_FILE, RUN_FILE, RunLock, busy_run, checkpoint_steps,
-                                   run_identity, write_run)
+from jepa_cli.training.runfiles import (LOCK_FILE, METRICS_FILE, RUN_FILE, RunLock, busy_run, checkpoint_steps,
+                                        run_identity, write_run)
 
 
 def check_run_dir(out: Path, resume: bool, force: bool, locked: bool = False) -> str:

@@ -1,0 +1,176 @@
+"""RUN on disk, without JAX: its file names, run.json (read, with what an older one leaves unsaid,
+and written), metrics.jsonl's rows, the lock a trainer holds on RUN and the steps of its complete
+checkpoints (docs/formats.md, "Runs")."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from jepa_cli.data.files import DamagedFile, read_json, read_jsonl, replace_file
+from jepa_cli.errors import InputError
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+LOCK_FILE = ".lock"
+# The objectives whose options include the model's LayerNorm epsilon `norm_eps`. A config saved without
+# it describes a model built with eps 1e-6 (models/layers.NORM_EPS), whatever the objective's default.
+NORM_EPS_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa", "lejepa")
+SAVED_NORM_EPS = 1e-6
+
+
+class RunLock:
+    """An exclusive advisory lock on a run directory: flock(2) on RUN/.lock, which holds the pid of
+    the holder. The kernel drops it when the holder exits, however it exits (SIGKILL included), so a
+    lock file left behind is no lock. A second trainer gets an InputError naming the holder."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise busy_run(self.run_dir, holder) from None
+            # The previous holder unlinks the file before it lets go (release), so the file we locked
+            # may be gone: then lock the one that is there now.
+            try:
+                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    @staticmethod
+    def holder(run_dir: str | Path) -> str | None:
+        """The pid (as RUN/.lock records it) of a live process holding RUN's lock, or None when no
+        process holds it (or the file system cannot lock). Looks without waiting and without
+        creating anything."""
+        try:
+            fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        except OSError:
+            return None
+        finally:
+            os.close(fd)  # also drops the shared lock just taken
+        return None
+
+    def release(self) -> None:
+        """Removes RUN/.lock, then unlocks (in this order: see acquire)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def busy_run(run_dir: str | Path, holder: str) -> InputError:
+    """The refusal of a command that would write RUN while process `holder` trains in it."""
+    return InputError(f"{run_dir}: another process (pid {holder}) is training in this run; wait for it to finish "
+                      "or stop it")
+
+
+def run_identity(run_dir: str | Path) -> tuple[int, int, int] | None:
+    """Which run.json RUN holds now: (inode, mtime ns, size), changed by every write of it (write_run
+    replaces the file); None without one. Tells a run another process wrote since a first look."""
+    try:
+        info = os.stat(Path(run_dir) / RUN_FILE)
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
+def is_step_name(name: str) -> bool:
+    """Whether a checkpoint folder's `name` is a step: ASCII decimal digits only ('²' is a digit to
+    str.isdigit, yet no int)."""
+    return name.isascii() and name.isdecimal()
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """The steps of RUN's complete checkpoints (orbax's temporary directories are not steps)."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in ckpt_dir.iterdir() if is_step_name(p.name) and p.is_dir())
+
+
+def read_run(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / RUN_FILE
+    if not path.exists():
+        raise InputError(f"{run_dir}: not a training run (no {RUN_FILE})")
+    why = ""
+    try:
+        record = read_json(path)
+    except DamagedFile as exc:
+        record, why = None, f"{exc.reason}; "
+    if not (isinstance(record, dict) and isinstance(record.get("config"), dict)
+            and isinstance(record.get("lengths"), dict)):
+        raise InputError(f"{path}: damaged ({why}not the JSON object with 'config' and 'lengths' that jepa train "
+                         "writes); each checkpoint keeps a copy in checkpoints/<step>/config/")
+    return {**record, "config": saved_config(record["config"])}
+
+
+def saved_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config as saved in run.json or with a checkpoint, with what it leaves unsaid spelled
+    out: options a model was built with that the config does not name get the value it was built
+    with (`norm_eps` 1e-6), not the objective's default. A copy; `config` is not changed."""
+    objective_config = config.get("objective_config")
+    if config.get("objective") in NORM_EPS_OBJECTIVES and isinstance(objective_config, dict) \
+            and "norm_eps" not in objective_config:
+        return {**config, "objective_config": {**objective_config, "norm_eps": SAVED_NORM_EPS}}
+    return config
+
+
+def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
+    replace_file(Path(run_dir) / RUN_FILE, json.dumps(record, indent=2, default=to_json_value).encode())
+
+
+def to_json_value(v: Any) -> Any:
+    """`v` as JSON holds it (json.dumps' `default`): arrays and NumPy scalars as lists and numbers,
+    tuples as lists, anything else as its text."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if isinstance(v, tuple):
+        return list(v)
+    return str(v)
+
+
+def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str, Any]]:
+    """The rows of RUN/metrics.jsonl (the `last` lines of it when given); a line that is not a row
+    (cut short by a kill, not UTF-8 JSON, without an integer step) is skipped, as on resume."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    lines = read_jsonl(path)
+    if last is not None:
+        lines = lines[-last:]
+    out = []
+    for _line, row in lines:
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool):
+            out.append(row)  # anything else is not a row this trainer wrote
+    return out
