@@ -113,7 +113,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "loss averaged over padded tokens too"),
     M("jepa_cli/objectives/ijepa.py", "return jnp.where(a < 1.0, 0.5 * d * d, a - 0.5)",
       "return jnp.where(a < 1.0, 0.5 * d * d, a - 1.0)", (GOLDEN,), "smooth L1 not continuous at 1"),
-    M("jepa_cli/models/block.py", "NORM_EPS = 1e-6", "NORM_EPS = 1e-5", (GOLDEN,), "LayerNorm eps of timm's default"),
+    M("jepa_cli/models/layers.py", "NORM_EPS = 1e-6", "NORM_EPS = 1e-5", (GOLDEN,), "LayerNorm eps of timm's default"),
     M("jepa_cli/models/s5.py", "r = np.sqrt(n + 0.5)", "r = np.sqrt(n + 1.0)", ("tests/test_s5.py",),
       "HiPPO-N low-rank term"),
     M("jepa_cli/data/splits.py", "chosen = rng.permutation(members)[: int(round(len(members) * test_fraction))]",

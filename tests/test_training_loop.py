@@ -213,7 +213,7 @@ def test_lock_of_a_killed_trainer_does_not_block_the_next(dataset, tmp_path):
 
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=2))
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from jepa_cli.training.run import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from jepa_cli.training.runfiles import RunLock; "
                                f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert holder.stdout.readline() == b"locked\n"
