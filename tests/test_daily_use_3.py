@@ -242,3 +242,7 @@ def test_a_short_run_warns_that_its_target_encoder_keeps_its_initialisation(run_
     assert r.exit_code == 0, r.stderr
     kept = ramp_kept(0.99, 1.0, 3)  # the toy objective's ramp, 0.99 -> 1
     assert f"jepa: warning: the target encoder keeps {kept:.2f} of its random initialisation" in r.stderr
+    inspected = run_cli("ema-inspect", tmp_path / "run", "--json")
+    assert json.loads(inspected.stdout)["init_weight"] == pytest.approx(kept, rel=1e-6)
+    assert f"jepa: warning: the target encoder of {tmp_path / 'run'} still holds {kept:.2f} of its random " \
+           "initialisation at step 3" in inspected.stderr

@@ -29,7 +29,13 @@ def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: 
     """
     from jepa_cli.training.ema import ema_report
 
+    from jepa_cli.training.ema import KEPT_WARNING
+
     report = ema_report(run, at=at, step=step, on_fallback=lambda _step, message: warn(message, quiet))
+    if report["init_weight"] > KEPT_WARNING and report["source"] is not None:
+        warn(f"the target encoder of {run} still holds {report['init_weight']:.2f} of its random initialisation at "
+             f"step {report['step']}: it probes much like an untrained encoder (a faster EMA, --ema START,END, or "
+             "more updates)", quiet)
     if as_json:
         emit({k: v for k, v in report.items()}, True)
     else:
@@ -43,6 +49,7 @@ def _human(r: dict[str, Any]) -> None:
     console = stdout_console()
     console.print(Text.assemble((str(r["run"]), "bold"), f": step {r['step']} of {r['total_steps']}, EMA momentum now ",
                                 (f"{r['momentum']:.6f}", "bold cyan"), f" (source: {r['source']})"))
+    console.print(f"the EMA still holds {r['init_weight']:.3f} of its initial value (the product of the momenta so far)")
     if "at" in r:
         console.print(Text.assemble(f"momentum at step {r['at']['step']}: ",
                                     (f"{r['at']['momentum']:.6f}", "bold cyan")))

@@ -15,7 +15,9 @@ from jepa_cli.errors import InputError
 def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = None, points: int = 64,
                on_fallback: Callable[[int, str], None] | None = None) -> dict[str, Any]:
     """The report of `jepa ema-inspect` for checkpoint `step` (None: the newest that reads back; a
-    damaged newer one is reported as on_fallback(step, message), see run.load_run)."""
+    damaged newer one is reported as on_fallback(step, message), see run.load_run): the momentum
+    schedule, each module's distance between the online and EMA weights, and `init_weight`, the
+    weight the EMA's initial value still holds (kept_weight over the updates done)."""
     import jax
 
     from jepa_cli.training.run import load_run
@@ -59,6 +61,8 @@ def ema_report(run_dir: str | Path, at: int | None = None, step: int | None = No
         "step": ckpt_step,
         "momentum": float(momentum(ckpt_step)),
         "total_steps": total,
+        # the weight the EMA's initial value (a target encoder's random initialisation) keeps at this step
+        "init_weight": kept_weight(spec.momentum, ckpt_step),
         "modules": modules,
         "schedule": schedule,
     }
