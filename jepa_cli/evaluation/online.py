@@ -142,16 +142,12 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
     from jepa_cli.evaluation.linear import linear_probe
     from jepa_cli.training.encoder import select_encoder
     from jepa_cli.training.run import load_run
-    from jepa_cli.training.runfiles import checkpoint_steps
+    from jepa_cli.training.runfiles import requested_steps
 
     if kind not in ("knn", "linear"):
         raise InputError(f"--run probes with knn or linear, not {kind!r}")
     run_dir = Path(run_dir)
-    if not (run_dir / "run.json").exists():
-        raise InputError(f"{run_dir}: not a training run (no run.json)")
-    steps: list[int | None] = list(checkpoint_steps(run_dir)) if step == "all" else [step]
-    if not steps:
-        raise InputError(f"{run_dir}: holds no checkpoint yet")
+    steps = requested_steps(run_dir, step)
     probe, rows = None, []
     for want in steps:
         config, objective, host, got = load_run(run_dir, want)

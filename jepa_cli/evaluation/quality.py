@@ -124,14 +124,10 @@ def quality_run(run_dir: str | Path, step: int | str | None = "all", data: str |
     from jepa_cli.training.encoder import select_encoder
     from jepa_cli.training.config import TrainConfig
     from jepa_cli.training.run import load_run
-    from jepa_cli.training.runfiles import checkpoint_steps
+    from jepa_cli.training.runfiles import requested_steps
 
     run_dir = Path(run_dir)
-    if not (run_dir / "run.json").exists():
-        raise InputError(f"{run_dir}: not a training run (no run.json)")
-    steps: list[int | None] = list(checkpoint_steps(run_dir)) if step == "all" else [step]
-    if not steps:
-        raise InputError(f"{run_dir}: holds no checkpoint yet")
+    steps = requested_steps(run_dir, step)
     signal, rows = None, []
     for want in steps:
         config, objective, host, got = load_run(run_dir, want)

@@ -15,7 +15,7 @@ from jepa_cli.errors import InputError
 from jepa_cli.fieldtypes import check_field_types
 from jepa_cli.models.config import MODEL_SIZES, ModelConfig, as_pair
 from jepa_cli.models.mixer_pattern import SSM_STEP
-from jepa_cli.objectives.ijepa_config import IJEPAConfig, check_sigreg, default_norm
+from jepa_cli.objectives.ijepa_config import IJEPAConfig, check_sigreg
 from jepa_cli.options import option, option_of
 
 LEJEPA = ("lejepa",)
@@ -157,13 +157,8 @@ class LeJEPAConfig:
         the fixed sin-cos of each call's grid)."""
         return dataclasses.replace(self.model_config, image_size=self.local_size_pixels)
 
-    @property
-    def norm_mean(self) -> tuple[float, ...]:
-        return self.mean if self.mean is not None else default_norm(self.channels)[0]
-
-    @property
-    def norm_std(self) -> tuple[float, ...]:
-        return self.std if self.std is not None else default_norm(self.channels)[1]
+    norm_mean = IJEPAConfig.norm_mean  # the given mean and std, or the channels' defaults
+    norm_std = IJEPAConfig.norm_std
 
     @classmethod
     def from_dict(cls, config: dict) -> "LeJEPAConfig":

@@ -164,6 +164,21 @@ def geometry(name: str, objective: Any) -> dict[str, Any]:
     return out
 
 
+def _official_run(run_dir: Path, what: str) -> tuple[dict[str, Any], str]:
+    """(run.json, objective name) of RUN, refused unless its objective has an official layout (`what`
+    says what the layouts are for, in the refusal)."""
+    from jepa_cli.training.runfiles import read_run
+
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    record = read_run(run_dir)
+    name = record["config"].get("objective")
+    if name not in OFFICIAL:
+        raise InputError(f"{run_dir}: a {name!r} run; {what} "
+                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} runs only")
+    return record, name
+
+
 def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: int | None = None,
                weights: str = "target", full: bool = False,
                on_log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -171,10 +186,9 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     file `output` (atomically; an existing path is refused). Returns a summary: the file, format,
     parts, step, epoch, tensor and parameter counts, bytes."""
     from jepa_cli.data.atomic import check_output_file, write_file
-    from jepa_cli.training.encoder import WEIGHTS
     from jepa_cli.models.template import first_non_finite
+    from jepa_cli.training.encoder import WEIGHTS
     from jepa_cli.training.run import load_run
-    from jepa_cli.training.runfiles import read_run
 
     kind = format_of(output)
     if weights not in WEIGHTS:
@@ -183,13 +197,7 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
         raise InputError(f"{output}: already exists (export never replaces a file: remove it or choose another name)")
     check_output_file(output, False, b"", "checkpoint", [run_dir])  # a file inside RUN goes with its checkpoint
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run directory")
-    record = read_run(run_dir)
-    name = record["config"].get("objective")
-    if name not in OFFICIAL:
-        raise InputError(f"{run_dir}: a {name!r} run; export writes the official layout of "
-                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} runs only")
+    record, name = _official_run(run_dir, "export writes the official layout of")
     layout = OFFICIAL[name]
     log = on_log or (lambda message: None)
     config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
@@ -259,16 +267,9 @@ def snippet(run_dir: str | os.PathLike) -> str:
     compute. Reads run.json only; writes nothing."""
     from jepa_cli.training.config import build_config
     from jepa_cli.training.run import make_objective
-    from jepa_cli.training.runfiles import read_run
 
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run directory")
-    record = read_run(run_dir)
-    name = record["config"].get("objective")
-    if name not in OFFICIAL:
-        raise InputError(f"{run_dir}: a {name!r} run; the official classes are those of "
-                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} runs only")
+    record, name = _official_run(run_dir, "the official classes are those of")
     cfg = build_config(record["config"])
     objective = make_objective(cfg.objective, cfg.objective_config)
     _check_official(run_dir, name, objective)

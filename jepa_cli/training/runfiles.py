@@ -174,3 +174,16 @@ def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str,
         if isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool):
             out.append(row)  # anything else is not a row this trainer wrote
     return out
+
+
+def requested_steps(run_dir: str | Path, step: int | str | None) -> list[int | None]:
+    """The checkpoint steps a command asked for `step` works through: every complete one, oldest
+    first, for "all"; else [step] (None: the newest that reads back). InputError when `run_dir` is no
+    run, or holds no checkpoint to give "all" of."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RUN_FILE).exists():
+        raise InputError(f"{run_dir}: not a training run (no {RUN_FILE})")
+    steps: list[int | None] = list(checkpoint_steps(run_dir)) if step == "all" else [step]
+    if not steps:
+        raise InputError(f"{run_dir}: holds no checkpoint yet")
+    return steps
