@@ -84,10 +84,11 @@ def test_ema_inspect_without_colour_rules_the_past_and_the_future_apart(capsys):
 
     schedule = [{"step": s, "momentum": 0.996 + 0.0004 * s} for s in range(11)]
     _human({"run": "runs/a", "step": 4, "total_steps": 10, "momentum": 0.9976, "source": "encoder",
-            "schedule": schedule, "modules": []})
+            "init_weight": 0.98, "schedule": schedule, "modules": []})
     lines = capsys.readouterr().out.splitlines()
-    assert lines[3] == "       │ ━━━━━╌╌╌╌╌╌"
-    assert lines[5] == "━━ past / ╌╌ future"
+    assert lines[1] == "the EMA still holds 0.980 of its initial value (the product of the momenta so far)"
+    assert lines[4] == "       │ ━━━━━╌╌╌╌╌╌"
+    assert lines[6] == "━━ past / ╌╌ future"
 
 
 def test_png_plain_and_over_a_dataset(run_cli, tmp_path):
