@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from conftest import COMPILE_FASTER
-from test_recipes_make import ROOT, Fake
+from test_recipes_make import ROOT, Fake, fake  # noqa: F401 - a fixture: the quickstart made once
 
 from jepa_cli.cli import common
 from jepa_cli.cli.train import TrainProgress
@@ -149,14 +149,6 @@ def test_the_linear_probe_says_nothing_of_its_cost_at_the_threshold(digits, monk
 
 
 # ---- the baseline and signals ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def fake(tmp_path):
-    fake = Fake(tmp_path)
-    done = fake.make("OUT=out")
-    assert done.returncode == 0, done.stderr
-    return fake
 
 
 def test_a_changed_train_flags_reruns_the_pretrained_run_and_what_follows_not_the_baseline(fake):
