@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 PROBE_NAMES = {"linear": "linear", "knn": "k-NN", "attentive": "attentive"}
+NEAR_INIT = 0.5  # jepa_cli/training/ema.py KEPT_WARNING: a target holding more of its init hardly learned
 
 
 def row_name(result: dict) -> str:
@@ -20,7 +21,12 @@ def row_name(result: dict) -> str:
     if encoder is None:
         return "raw inputs (--raw)"
     what = f"{Path(encoder['run']).name} {encoder['weights']} encoder, step {encoder['step']}"
-    return what + (" (random init)" if encoder["step"] == 0 else "")
+    if encoder["step"] == 0:
+        return what + " (random init)"
+    kept = encoder.get("init_weight")
+    if isinstance(kept, (int, float)) and kept > NEAR_INIT:  # the EMA has hardly moved it (docs/recipes.md)
+        return what + f" (still {kept:.2f} random init)"
+    return what
 
 
 def table(results: list[dict], title: str) -> str:

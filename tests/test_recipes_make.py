@@ -69,8 +69,11 @@ def test_every_artifact_is_built_and_the_table_printed(built):
     assert not list(out.glob("probe-linear-*"))  # PROBE_TYPES=knn
     lines = (out / "table.txt").read_text().splitlines()
     assert lines[0] == "builtin:digits test split, top-1 accuracy (1438 train / 359 test)"
+    # 3 updates of the recipe's EMA ramp from 0.996: the target holds 0.996 x 0.9973 x 0.9987 = 0.99 of its init
     assert [line.split("  ")[0] for line in lines[2:]] == [
-        "raw inputs (--raw)", "run-init target encoder, step 0 (random init)", "run-pretrained target encoder, step 3"]
+        "raw inputs (--raw)", "run-init target encoder, step 0 (random init)",
+        "run-pretrained target encoder, step 3 (still 0.99 random init)"]
+    assert probe["encoder"]["init_weight"] == pytest.approx(0.996 * (0.996 + 0.004 / 3) * (0.996 + 0.008 / 3), abs=2e-3)
     assert done.stdout.endswith((out / "table.txt").read_text())
     assert not list(out.glob("*.tmp"))
 

@@ -122,12 +122,14 @@ def ingest_command(modality: str, config: Any = None) -> str:
 
 def encoder_of(attrs: dict[str, Any], raw: bool = False) -> dict[str, Any] | None:
     """What produced a set of features, from its `provenance` (docs/formats.md, embedding sets): the run,
-    checkpoint step, weights (target or context), layers, pool and source dataset. None for raw
+    checkpoint step, weights (target or context), layers, pool, source dataset and, for a target
+    encoder, the weight its random initialisation still holds in it (`init_weight`). None for raw
     inputs and for datasets that no encoder wrote."""
     provenance = attrs.get("provenance")
     if raw or not isinstance(provenance, dict) or "run" not in provenance:
         return None
-    return {key: provenance.get(key) for key in ("run", "step", "weights", "layers", "pool", "source")}
+    keys = ("run", "step", "weights", "layers", "pool", "source", "init_weight")
+    return {key: provenance[key] for key in keys if key in provenance}
 
 
 def encoding_mismatch(train_attrs: dict[str, Any], test_attrs: dict[str, Any], raw: bool = False) -> str | None:

@@ -160,6 +160,11 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         "layers": layers,
         "encoder_sha256": params_sha256(encoder_params),
     }
+    spec = getattr(objective, "ema_spec", None)
+    if weights == "target" and spec is not None and spec.source is not None:
+        from jepa_cli.training.ema import kept_weight
+
+        provenance["init_weight"] = kept_weight(spec.momentum, int(step))  # of the random init, in the target
     job = {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers,
            "encoder_sha256": provenance["encoder_sha256"]}
     summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
