@@ -24,7 +24,8 @@
 # changed TRAIN_FLAGS leaves the baseline, its embeddings and its probes alone, but for its
 # --batch-size (a run's batch must fit its dataset); an encoder option in TRAIN_FLAGS is refused.
 # Runs from any directory; OUT
-# is relative to it and may not hold spaces; SOURCE may. RAW_PROBES= (empty) skips the probes of the raw inputs;
+# is relative to it and may not hold spaces; SOURCE may. RAW_PROBES= (empty) skips the probes of the raw inputs,
+# RAW_PROBE_FLAGS adds options to them alone (e.g. --raw-pool 4: 4x4 pixel blocks averaged first);
 # PROBE_TYPES chooses among linear, knn and attentive.
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
@@ -47,6 +48,7 @@ IMAGE_SIZE ?= $(call flag_value,--size,$(SHAPE_FLAGS))
 MODEL_FLAGS ?=
 TRAIN_FLAGS ?=
 PROBE_FLAGS ?=
+RAW_PROBE_FLAGS ?=
 RAW_PROBES ?= yes
 PROBE_TYPES ?= linear knn
 PROBES = $(foreach p,$(PROBE_TYPES),$(if $(RAW_PROBES),$(OUT)/probe-$(p)-raw.json) $(OUT)/probe-$(p)-init.json \
@@ -72,7 +74,7 @@ VARS_data-train = $(call INGEST,$(SOURCE_train),train)
 VARS_data-test = $(call INGEST,$(SOURCE_test),test)
 VARS_run-init = $(call TRAIN,init,$(if $(BATCH),--batch-size $(BATCH))) --steps 0
 VARS_run-pretrained = $(call TRAIN,pretrained,$(TRAIN_FLAGS)) $(if $(STEPS),--steps $(STEPS))
-VARS_probe = $(PROBE_FLAGS)
+VARS_probe = $(PROBE_FLAGS) $(RAW_PROBE_FLAGS)
 VARS_table = --title $(call q,$(TITLE)) $(foreach f,$(PROBES),$(call q,$(f)))
 PREREQ_FILES := RECIPE
 
@@ -98,7 +100,7 @@ $(OUT)/emb-pretrained-%.json: $(OUT)/run-pretrained.json $(OUT)/data-%.zarr/zarr
 	$(WRITE) $(JEPA) encode-latents $(call q,$(OUT)/run-pretrained) $(call q,$(OUT)/data-$*.zarr) -o $(call q,$(OUT)/emb-pretrained-$*.zarr) --force --json -q
 
 $(OUT)/probe-%-raw.json: $(OUT)/data-train.zarr/zarr.json $(OUT)/data-test.zarr/zarr.json $(OUT)/.vars-probe
-	$(WRITE) $(JEPA) probe $* $(call q,$(OUT)/data-train.zarr) $(call q,$(OUT)/data-test.zarr) --raw --json $(PROBE_FLAGS)
+	$(WRITE) $(JEPA) probe $* $(call q,$(OUT)/data-train.zarr) $(call q,$(OUT)/data-test.zarr) --raw --json $(PROBE_FLAGS) $(RAW_PROBE_FLAGS)
 
 $(OUT)/probe-%-init.json: $(OUT)/emb-init-train.json $(OUT)/emb-init-test.json $(OUT)/.vars-probe
 	$(WRITE) $(JEPA) probe $* $(call q,$(OUT)/emb-init-train.zarr) $(call q,$(OUT)/emb-init-test.zarr) --json $(PROBE_FLAGS)

@@ -10,7 +10,8 @@
 # the frames a clip (ingest --frames; empty: the source's, 16 for builtin:moving-digits and for video
 # files), which the model takes from the dataset (the RECIPE leaves num_frames out). The raw linear
 # probe reads every pixel of a clip: 16,384 features at 32x32 grey, 196,608 at 64x64 RGB, where its
-# fits take minutes (jepa probe warns); RAW_PROBES= (empty) leaves the raw probes out.
+# fits take minutes (jepa probe warns): RAW_PROBE_FLAGS="--raw-pool 4" averages 4x4 pixel blocks
+# first (12,288 features at 64x64 RGB), and RAW_PROBES= (empty) leaves the raw probes out.
 
 HERE := $(dir $(lastword $(MAKEFILE_LIST)))
 OUT ?= moving-digits

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -231,3 +232,25 @@ def test_a_clean_chain_and_the_api_write_nothing_but_progress_on_stderr(digits):
                           "print(run.encode(np.zeros((2, 16, 16, 1), np.uint8)).shape)"],
                          cwd=digits, capture_output=True, text=True, env=ONE_DEVICE, timeout=600)
     assert api.returncode == 0 and api.stdout == "(2, 64)\n" and api.stderr == ""
+
+
+def test_raw_pool_averages_each_block_of_pixels_of_a_clip():
+    from jepa_cli.evaluation.features import pool_pixels
+
+    clip = np.arange(2 * 4 * 4, dtype=np.float32).reshape(1, 2, 4, 4, 1)  # one clip of 2 frames of 4x4
+    pooled = pool_pixels(clip, 2, "c.zarr")
+    # frame 0's top-left block holds 0, 1, 4, 5; frame 1's bottom-right 26, 27, 30, 31
+    assert pooled.shape == (1, 2, 2, 2, 1)
+    assert pooled[0, 0, 0, 0, 0] == (0 + 1 + 4 + 5) / 4 and pooled[0, 1, 1, 1, 0] == (26 + 27 + 30 + 31) / 4
+
+
+def test_the_raw_probe_of_pooled_pixels_reads_a_sixteenth_of_the_features(digits, run_cli):
+    import json
+
+    data = digits / "d.zarr"
+    done = run_cli("probe", "knn", data, data, "--raw", "--raw-pool", "4", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["dim"] == 256 // 16
+    refused = run_cli("probe", "knn", data, data, "--raw-pool", "3", "--raw")
+    assert refused.exit_code == 2 and "--raw-pool 3 needs images or clips whose height and width it divides" in \
+        refused.stderr

@@ -35,11 +35,12 @@ class Features:
         return int(self.x.shape[0])
 
 
-def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> Features:
+def load_features(path: str | Path, raw: bool = False, tokens: bool = False, raw_pool: int = 1) -> Features:
     """Loads a dataset's inputs and labels as probe features.
 
     `tokens=False` gives `[N, D]` (token sets `[N, T, D]` are mean-pooled over T);
     `tokens=True` gives `[N, T, D]` (vectors become one token; raw samples one token of all pixels).
+    `raw_pool` P: raw images and video frames averaged over P x P pixel blocks first (`pool_pixels`).
     """
     path = Path(path)
     attrs = store.read_attributes(path)
@@ -69,6 +70,7 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
         x = x[:, None, :] if tokens else x
     elif raw or modality != "latent":
         scale = float(np.iinfo(x.dtype).max) if np.issubdtype(x.dtype, np.integer) else 1.0
+        x = pool_pixels(np.asarray(x, np.float32), raw_pool, path) if raw_pool > 1 else x
         x = x.reshape(x.shape[0], -1).astype(np.float32) / np.float32(scale)
         if tokens:
             x = x[:, None, :]
@@ -83,6 +85,16 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False) -> 
     if not np.all(np.isfinite(x)):
         raise InputError(f"{path}: inputs contain NaN or infinite values")
     return Features(path, x, labels, list(attrs.get("class_names") or []), attrs, sample_shape)
+
+
+def pool_pixels(x: np.ndarray, size: int, path: str | Path) -> np.ndarray:
+    """Images [N, H, W, C] or clips [N, T, H, W, C] averaged over `size` x `size` pixel blocks:
+    [N, (T,) H / size, W / size, C]. InputError unless `size` divides H and W."""
+    *lead, h, w, c = x.shape
+    if len(lead) not in (1, 2) or h % size or w % size:
+        raise InputError(f"{path}: --raw-pool {size} needs images or clips whose height and width it divides, got "
+                         f"samples of shape {list(x.shape[1:])}")
+    return x.reshape(*lead, h // size, size, w // size, size, c).mean(axis=(-4, -2))
 
 
 # The next command for a refused pair: the objective that trains an encoder on a dataset's modality.
@@ -162,7 +174,7 @@ def _short(a: Any, b: Any) -> str:
 
 
 def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bool = False,
-              allow_mismatch: bool = False) -> tuple[Features, Features, int, str | None]:
+              allow_mismatch: bool = False, raw_pool: int = 1) -> tuple[Features, Features, int, str | None]:
     """Loads TRAIN and TEST, checks they agree; returns them, the number of classes, and how their
     encodings differ (None when they match; an InputError unless `allow_mismatch`)."""
     try:  # before loading: raw audio is turned into log-mel features on the way in
@@ -172,8 +184,8 @@ def load_pair(train: str | Path, test: str | Path, raw: bool = False, tokens: bo
     if "audio" in (a.get("modality"), b.get("modality")) and a.get("sample_rate") != b.get("sample_rate"):
         raise InputError(f"sample rates differ: {train} is at {a.get('sample_rate')} Hz, {test} at "
                          f"{b.get('sample_rate')} Hz (ingest both with the same --sample-rate)")
-    tr = load_features(train, raw, tokens)
-    te = load_features(test, raw, tokens)
+    tr = load_features(train, raw, tokens, raw_pool)
+    te = load_features(test, raw, tokens, raw_pool)
     if raw and tr.attrs.get("modality") != te.attrs.get("modality"):
         raise InputError(f"modalities differ: {tr.path} holds {tr.attrs.get('modality')!r}, {te.path} "
                          f"{te.attrs.get('modality')!r} (--raw compares inputs of one kind)")
