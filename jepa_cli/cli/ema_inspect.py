@@ -27,9 +27,7 @@ def command(run: str, at: int | None, step: int | None, as_json: bool, verbose: 
     Example:
       jepa ema-inspect runs/digits --at 100
     """
-    from jepa_cli.training.ema import ema_report
-
-    from jepa_cli.training.ema import KEPT_WARNING
+    from jepa_cli.training.ema import KEPT_WARNING, ema_report
 
     report = ema_report(run, at=at, step=step, on_fallback=lambda _step, message: warn(message, quiet))
     if report["init_weight"] > KEPT_WARNING and report["source"] is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from jepa_cli.data import store
+from jepa_cli.data.labels import int32_labels
 from jepa_cli.errors import InputError
 
 
@@ -56,7 +57,7 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False, raw
                          "`jepa encode-latents`, or pass --raw to probe its raw values)")
     x = store.read_array(path / "inputs")
     sample_shape = tuple(int(d) for d in x.shape[1:])
-    labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
+    labels = int32_labels(store.read_array(path / "labels"), str(path))
     if x.shape[0] != labels.shape[0]:
         raise InputError(f"{path}: inputs has {x.shape[0]} samples but labels has {labels.shape[0]}")
     if x.shape[0] == 0:
