@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data import store
+from jepa_cli.data.labels import int32_labels
 from jepa_cli.errors import InputError
 
 ENCODE_BATCH = 128  # encode-latents' default --batch-size: the same padding, the same programs
@@ -86,7 +87,7 @@ class OnlineProbe:
                 raise InputError(f"{what}: {path}: has no labels; a probe needs a labelled dataset")
             check_channels(path, attrs, channels, Path("the run"))
             raw = store.read_array(path / "inputs")
-            labels = np.asarray(store.read_array(path / "labels")).astype(np.int32)
+            labels = int32_labels(store.read_array(path / "labels"), f"{what}: {path}")
             if len(raw) == 0 or len(raw) != len(labels):
                 raise InputError(f"{what}: {path}: {len(raw)} samples and {len(labels)} labels")
             modality = attrs.get("modality", "image")
