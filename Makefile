@@ -25,7 +25,8 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest
 
-# The fast tier for the edit-test loop: everything but the tests marked slow (tests/conftest.py is_slow).
+# The fast tier for the edit-test loop: everything but the tests marked `@pytest.mark.slow` (or whose file
+# sets `pytestmark = pytest.mark.slow`).
 check: venv
 	$(BIN)/python -m pytest -m "not slow"
 

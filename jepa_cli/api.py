@@ -140,7 +140,8 @@ def _pixels(x: np.ndarray) -> np.ndarray:
     """Images or clips as uint8, by the rule `jepa ingest` applies to arrays (docs/formats.md, "Pixel
     values": the dtype sets the scale; floats must lie in [0, 1]), so that `encode(x)` equals
     encode-latents on the dataset ingested from `x`."""
-    from jepa_cli.data.sources import BadSample, to_uint8
+    from jepa_cli.data.pixels import to_uint8
+    from jepa_cli.data.samples import BadSample
 
     try:
         return to_uint8(x, "x")

@@ -1,4 +1,5 @@
-"""Errors that end a command with one line on stderr instead of a traceback.
+"""Errors that end a command with one line on stderr instead of a traceback, and the signals that
+end one: every SIGINT/SIGTERM handler of the package is installed here.
 
 Library code raises these; the CLI turns them into `jepa: error: ...` and the exit code.
 """
@@ -7,7 +8,9 @@ import contextlib
 import errno
 import os
 import re
-from typing import Iterator
+import signal
+import threading
+from typing import Any, Callable, Iterator
 
 
 class JepaError(Exception):
@@ -56,6 +59,59 @@ def signals_deferred() -> Iterator[None]:
         _deferring[0] -= 1
 
 
+def raise_on_signals() -> None:
+    """From now on SIGTERM raises Terminated and SIGINT KeyboardInterrupt, both recorded (`signal_mark`),
+    so that cleanup runs as for Ctrl-C; a SIGINT the parent process ignores stays ignored. Main thread
+    only (Python runs handlers there alone); elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, raise_terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, raise_interrupted)
+
+
+def ignore_signals() -> None:
+    """From now on SIGINT and SIGTERM are ignored (a process whose outcome is settled)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def signals_handled(handler: Callable[[int, Any], None],
+                    signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Inside the block `handler(signum, frame)` handles the signals `signums`; the handlers before are
+    restored as the block ends, however it ends. Main thread only: elsewhere the block runs with the
+    handlers as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def sigterm_raises() -> contextlib.AbstractContextManager[None]:
+    """Inside the block SIGTERM raises Terminated (a KeyboardInterrupt), so that the block's cleanup runs."""
+    return signals_handled(raise_terminated, (signal.SIGTERM,))
+
+
+class StopRequest:
+    """A handler for `signals_handled` that asks a long job to stop at its next safe point instead of
+    raising: the first SIGINT/SIGTERM is remembered (`signal`, its name, e.g. "SIGTERM"); a second
+    raises at once (Terminated or KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.signal is not None:  # a second signal: stop now, without waiting for the safe point
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+
 def signal_mark() -> int:
     """A bookmark in the signals received so far, for `raise_if_signalled_since`."""
     return len(_received)
@@ -69,8 +125,6 @@ def raise_if_signalled_since(mark: int) -> None:
     received = _received[mark:]
     if not received:
         return
-    import signal
-
     if signal.SIGTERM in received:
         raise Terminated
     raise KeyboardInterrupt

@@ -12,10 +12,6 @@ from typing import Any
 
 from jepa_cli.errors import InputError
 
-# The words a true/false value may be written as, in a command-line word or an environment variable
-# (objective options: options.parse; trainer keys: training/config.py parse_text)
-BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
 
 def check_field_types(config: Any, owner: str) -> None:
     """InputError `OWNER option NAME must be <type>, got VALUE` for the first field of the dataclass

@@ -1,8 +1,6 @@
 """Shared test helpers. Tests run JAX on the CPU; 8 simulated devices let sharding tests run on CPU."""
 
 import contextlib
-import functools
-import inspect
 import os
 from pathlib import Path
 
@@ -21,8 +19,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's `jepa` subprocesses that run on one device share one persistent XLA cache inside the
 # checkout (jepa's own JEPA_CACHE_DIR, not the user's ~/.cache). Processes that simulate several CPU
 # devices, this one included, keep none, as `jepa` itself does (cli/main.py, compilation_cache_dir):
-# a step whose all-reduces were loaded from the cache can deadlock.
-# The price is the compiles one test repeats of another's (benchmarks/NOTES.md, "The test suite").
+# a training step whose all-reduces were loaded from the cache deadlocks (XLA aborts the process after
+# 40 s). The price is the compiles one test repeats of another's: 59 of 1,476 in the heaviest
+# in-process files, about a tenth of their CPU (benchmarks/NOTES.md, "Test compiles on public JAX").
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jepa-xla")
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # a developer's own setting: the deadlock above
 os.environ.setdefault("JEPA_CACHE_DIR", CACHE_DIR)
@@ -106,92 +105,19 @@ HEAVY_FIRST = ("test_objective_audio_jepa.py", "test_multiprocess.py", "test_rec
                "test_import_checkpoint.py", "test_masks.py")
 
 
-# Whole files of the slow tier: trainings joined by jax.distributed, the quickstart through make, the GPU
-# benchmark's CPU run.
-SLOW_FILES = ("test_multiprocess.py", "test_recipes_make.py", "test_gpu_benchmark.py")
-# Source text that starts another process: each `jepa` subprocess pays the JAX import and its own compiles.
-STARTS_A_PROCESS = ("run_jepa(", "expect_refusal(", "start_held(", "subprocess.", "Popen(")
-
-
-@functools.cache  # collection asks for the same functions' text thousands of times
-def _source(function) -> str:
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
-
-
-@functools.cache
-def _process_starters(module) -> tuple[str, ...]:
-    """STARTS_A_PROCESS and the calls of `module`'s own functions that start one (`_gpu_fallback(`)."""
-    helpers = [f"{name}(" for name, value in vars(module).items()
-               if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("test_")
-               and any(marker in _source(value) for marker in STARTS_A_PROCESS)]
-    return STARTS_A_PROCESS + tuple(helpers)
-
-
-def is_slow(item: pytest.Item) -> bool:
-    """The slow tier (`-m slow`): a test in SLOW_FILES, one that starts a process (itself or through a
-    function of its file), or one that needs a module- or session-scoped fixture of its own file (such
-    fixtures train or run the CLI once for the file, which costs seconds to minutes). Fixtures of this
-    conftest are cheap and do not count."""
-    if item.path.name in SLOW_FILES or item.get_closest_marker("slow"):
-        return True
-    starters = _process_starters(item.module) if getattr(item, "module", None) else STARTS_A_PROCESS
-    if any(marker in _source(getattr(item, "function", None)) for marker in starters):
-        return True
-    fixture_info = getattr(item, "_fixtureinfo", None)
-    for definitions in (fixture_info.name2fixturedefs.values() if fixture_info else ()):
-        for definition in definitions:
-            if Path(inspect.getfile(definition.func)).name == "conftest.py":
-                continue
-            if definition.scope in ("module", "session") or any(
-                    marker in _source(definition.func) for marker in starters):
-                return True
-    return False
-
-
 def pytest_configure(config):
+    import jax
+
+    # This process's own compiles also skip LLVM's expensive passes (JAX's public flag; backend level 0
+    # is in COMPILE_FASTER already): about a tenth less CPU in the heaviest in-process files
+    # (benchmarks/NOTES.md, "Test compiles on public JAX"). The `jepa` subprocesses keep COMPILE_FASTER alone.
+    jax.config.update("jax_disable_most_optimizations", True)
+    # A test that starts a process (`jepa`, make, a held command), trains, or needs a module- or
+    # session-scoped fixture that does (seconds to minutes each) carries this marker, or its file
+    # `pytestmark = pytest.mark.slow`.
     config.addinivalue_line("markers", "slow: trains, runs `jepa` in a subprocess or runs make (`make check` skips these)")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    for item in items:
-        if is_slow(item):
-            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
-def _reuse_identical_compiles() -> None:
-    """Hands a program that this process has compiled before its earlier executable instead of
-    compiling it again. Tests build their models and steps afresh, so JAX traces them again and, with
-    no persistent cache in this process (the warm-cache deadlock above), compiles the same programs
-    again. The memo holds live executables, never deserialised ones: the same objects a jitted
-    function reuses on its second call. Keyed by the module's text without its source locations (two
-    traces of one program differ only there: the calling test's lines), its devices and its compile
-    options; a program with host callbacks (bound to Python objects) always compiles."""
-    import hashlib
-
-    from jax._src import compiler
-
-    compile_and_load = getattr(compiler, "backend_compile_and_load", None)
-    if compile_and_load is None:  # a JAX without this private entry point: every program compiles, as before
-        return
-    compiled: dict[bytes, object] = {}
-
-    def reuse(backend, module, executable_devices, options, host_callbacks):
-        if host_callbacks:
-            return compile_and_load(backend, module, executable_devices, options, host_callbacks)
-        key = hashlib.sha256(module.operation.get_asm(enable_debug_info=False).encode())
-        key.update(repr([device.id for device in executable_devices]).encode())
-        key.update(options.SerializeAsString())
-        digest = key.digest()
-        if digest not in compiled:
-            compiled[digest] = compile_and_load(backend, module, executable_devices, options, host_callbacks)
-        return compiled[digest]
-
-    compiler.backend_compile_and_load = reuse
-
-
-_reuse_identical_compiles()

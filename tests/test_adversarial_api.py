@@ -19,6 +19,8 @@ from test_export import OFFICIAL, TINY, _cli
 from jepa_cli import api
 from jepa_cli.data import store
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -23,6 +23,8 @@ import pytest
 
 from conftest import assert_user_error, file_size_limit
 
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).parent / "data"
 OFFICIAL = DATA / "official_ijepa_tiny.pth.tar"
 # the golden model of tests/data/official_ijepa_tiny.pth.tar (as in tests/test_import_checkpoint.py)
@@ -241,7 +243,7 @@ def test_every_saved_step_has_the_sha256_of_each_of_its_files(toy_run):
     import hashlib
     import json
 
-    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.digest import DIGEST_FILE
 
     for step in (2, 4, 6):
         step_dir = toy_run / "checkpoints" / str(step)
@@ -273,7 +275,7 @@ def test_the_latest_checkpoint_with_a_flipped_byte_is_skipped_for_the_newest_int
 
 
 def test_a_checkpoint_saved_without_a_digest_still_restores(run, toy_run):
-    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.digest import DIGEST_FILE
     from jepa_cli.training.run import load_run, params_sha256
 
     (run / "checkpoints" / "6" / DIGEST_FILE).unlink()
@@ -283,7 +285,7 @@ def test_a_checkpoint_saved_without_a_digest_still_restores(run, toy_run):
 
 
 def test_a_damaged_digest_file_names_itself(run, run_cli):
-    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.digest import DIGEST_FILE
 
     (run / "checkpoints" / "6" / DIGEST_FILE).write_text("{not json")
     assert_user_error(run_cli("ema-inspect", run, "--step", "6"), f"{DIGEST_FILE} is damaged",
@@ -293,7 +295,7 @@ def test_a_damaged_digest_file_names_itself(run, run_cli):
 def test_resume_moves_a_checkpoint_with_a_flipped_byte_aside_and_trains_its_step_again(run, run_cli):
     import json
 
-    from jepa_cli.training.checkpoint import digest_problem
+    from jepa_cli.training.digest import digest_problem
 
     flip_a_byte(run, 6)
     data = json.loads((run / "run.json").read_text())["config"]["data"]
@@ -326,7 +328,7 @@ def test_the_checkpoints_saved_config_wins_over_a_hand_edited_run_json(run):
 def test_an_absurd_data_state_is_a_damaged_checkpoint(run, run_cli, state):
     import json
 
-    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.digest import DIGEST_FILE
 
     (run / "checkpoints" / "6" / DIGEST_FILE).unlink()  # as a checkpoint written before digests existed
     (run / "checkpoints" / "6" / "data" / "metadata").write_text(json.dumps(state))
@@ -337,7 +339,7 @@ def test_an_absurd_data_state_is_a_damaged_checkpoint(run, run_cli, state):
 def test_a_data_state_that_does_not_fit_the_dataset_stops_resume_in_one_line(run, run_cli):
     import json
 
-    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.digest import DIGEST_FILE
 
     (run / "checkpoints" / "6" / DIGEST_FILE).unlink()
     (run / "checkpoints" / "6" / "data" / "metadata").write_text(json.dumps({"epoch": 5}))
@@ -505,7 +507,7 @@ def test_import_of_a_state_dict_with_a_name_that_is_not_a_string_is_one_line(run
 def test_a_saved_config_that_builds_no_model_is_one_line_naming_the_step(run, run_cli):
     import json
 
-    from jepa_cli.training.checkpoint import DIGEST_FILE
+    from jepa_cli.training.digest import DIGEST_FILE
 
     step_dir = run / "checkpoints" / "6"
     (step_dir / DIGEST_FILE).unlink()
@@ -520,8 +522,9 @@ def test_a_full_disk_for_the_digest_leaves_the_committed_step_whole_and_no_tempo
     import jax
 
     from jepa_cli.data import files
-    from jepa_cli.training import checkpoint
-    from jepa_cli.training.checkpoint import DIGEST_FILE, Checkpoints
+    from jepa_cli.training import digest
+    from jepa_cli.training.checkpoint import Checkpoints
+    from jepa_cli.training.digest import DIGEST_FILE
 
     def full(path, data):  # the digest's write meets a full disk half way (the file size limit stands in for it)
         with file_size_limit(len(data) // 2):
@@ -529,7 +532,7 @@ def test_a_full_disk_for_the_digest_leaves_the_committed_step_whole_and_no_tempo
 
     state = {"params": {"w": np.arange(6, dtype=np.float32)}}
     ckpts = Checkpoints(tmp_path / "run", async_save=False)
-    monkeypatch.setattr(checkpoint, "replace_file", full)
+    monkeypatch.setattr(digest, "replace_file", full)
     ckpts.save(1, state, {}, {})
     monkeypatch.undo()
     target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=jax.sharding.SingleDeviceSharding(

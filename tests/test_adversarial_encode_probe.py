@@ -6,11 +6,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from adversarial import damage_checkpoint, expect_refusal, start_held
 from test_encode import image_dataset
 from test_encode import trained as run_and_data  # noqa: F401 - a fixture: one tiny run at step 0
 
 from jepa_cli.data import store
+
+pytestmark = pytest.mark.slow
 
 
 def test_encoding_images_with_other_channels_than_the_run_is_refused(run_and_data, tmp_path):

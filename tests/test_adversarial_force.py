@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from adversarial import HELD, assert_one_error_line, expect_refusal, jepa_env, release_held, run_jepa
 from test_adversarial_train import finished_run, toy_data  # noqa: F401 - fixtures: a 4-step toy run, its data
 from test_encode import trained as run_and_data  # noqa: F401 - a fixture: one tiny I-JEPA run at step 0
 
 from jepa_cli.data import store
+
+pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
 TOY_ENV = {"PYTHONPATH": str(TESTS)}  # toy_objective importable in the subprocess

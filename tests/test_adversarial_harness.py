@@ -10,6 +10,8 @@ import pytest
 import adversarial
 from adversarial import assert_one_error_line, expect_refusal, snapshot
 
+pytestmark = pytest.mark.slow
+
 
 def _refusal(stderr: bytes, code: int = 2) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["jepa"], code, b"", stderr)

@@ -21,6 +21,8 @@ import pytest
 
 from adversarial import assert_one_error_line, expect_refusal, jepa_env, run_jepa, snapshot
 
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).parent / "data"
 IJEPA = DATA / "official_ijepa_tiny.pth.tar"
 VJEPA = DATA / "official_vjepa_tiny.pth.tar"

@@ -15,6 +15,8 @@ from adversarial import expect_refusal, jepa_env, run_jepa
 from conftest import assert_user_error
 from jepa_cli.data import resources, store
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def src(tmp_path: Path) -> Path:

@@ -40,6 +40,7 @@ def _copy(src: Path, dst: Path) -> Path:
 # --- jepa mask: limits and option values -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mask_grid_over_the_patch_limit_is_refused_at_once(tmp_path):
     start = time.perf_counter()
     expect_refusal("mask", "--grid", "5000x5000", "--batch-size", "1", "-o", tmp_path / "m.zarr", guard=[tmp_path],
@@ -71,6 +72,7 @@ MASK_REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, fragments", MASK_REFUSALS.values(), ids=MASK_REFUSALS.keys())
 def test_mask_option_out_of_bounds_is_refused_writing_nothing(run_cli, tmp_path, args, fragments):
     before = snapshot([tmp_path])
@@ -78,6 +80,7 @@ def test_mask_option_out_of_bounds_is_refused_writing_nothing(run_cli, tmp_path,
     assert snapshot([tmp_path]) == before
 
 
+@pytest.mark.slow
 def test_mask_sigterm_while_writing_exits_143_and_leaves_nothing(tmp_path):
     """SIGTERM once the output's temporary directory holds its group metadata: exit 143, one line, nothing left."""
     folder = tmp_path / "out"
@@ -95,16 +98,19 @@ def test_mask_sigterm_while_writing_exits_143_and_leaves_nothing(tmp_path):
 # --- jepa info: things that are not what they seem --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_info_of_an_empty_directory_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     expect_refusal("info", tmp_path / "empty", guard=[tmp_path], fragments=[f"{tmp_path / 'empty'}: not a zarr v3 group"])
 
 
+@pytest.mark.slow
 def test_info_of_a_plain_file_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("hello\n")
     expect_refusal("info", tmp_path / "notes.txt", guard=[tmp_path], fragments=[f"{tmp_path / 'notes.txt'}: not a zarr"])
 
 
+@pytest.mark.slow
 def test_info_of_a_users_folder_is_refused(tmp_path):
     folder = tmp_path / "photos"
     folder.mkdir()
@@ -112,12 +118,14 @@ def test_info_of_a_users_folder_is_refused(tmp_path):
     expect_refusal("info", folder, guard=[tmp_path], fragments=[f"{folder}: not a zarr v3 group"])
 
 
+@pytest.mark.slow
 def test_info_of_a_corrupt_group_zarr_json_is_refused(tmp_path, mask_file):
     broken = _copy(mask_file, tmp_path / "m.zarr")
     (broken / "zarr.json").write_text('{"zarr_format": 3, "node_type": ')
     expect_refusal("info", broken, guard=[tmp_path], fragments=[str(broken)])
 
 
+@pytest.mark.slow
 def test_info_of_a_mask_file_with_a_truncated_chunk_names_the_array(tmp_path, mask_file):
     broken = _copy(mask_file, tmp_path / "m.zarr")
     chunk = next(p for p in sorted((broken / "context").rglob("*")) if p.is_file() and p.name != "zarr.json")
@@ -125,6 +133,7 @@ def test_info_of_a_mask_file_with_a_truncated_chunk_names_the_array(tmp_path, ma
     expect_refusal("info", broken, guard=[tmp_path], fragments=[str(broken / "context")])
 
 
+@pytest.mark.slow
 def test_info_of_a_mask_file_with_damaged_attributes_is_refused(tmp_path, mask_file):
     broken = _copy(mask_file, tmp_path / "m.zarr")
     meta = json.loads((broken / "zarr.json").read_text())
@@ -134,6 +143,7 @@ def test_info_of_a_mask_file_with_damaged_attributes_is_refused(tmp_path, mask_f
                    fragments=[f"{broken / 'zarr.json'}: damaged mask file attributes (grid '6x6', frames None)"])
 
 
+@pytest.mark.slow
 def test_info_of_a_mask_file_whose_arrays_do_not_fit_its_grid_is_refused(tmp_path, mask_file):
     broken = _copy(mask_file, tmp_path / "m.zarr")
     meta = json.loads((broken / "zarr.json").read_text())
@@ -146,6 +156,7 @@ def test_info_of_a_mask_file_whose_arrays_do_not_fit_its_grid_is_refused(tmp_pat
 # --- stdout and error lines are valid UTF-8 ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_info_json_escapes_lone_surrogates_in_attributes(tmp_path):
     from jepa_cli.data import store
 
@@ -157,6 +168,7 @@ def test_info_json_escapes_lone_surrogates_in_attributes(tmp_path):
     assert json.loads(result.stdout.decode("utf-8"))["attributes"]["source"] == "caf\\xe9"
 
 
+@pytest.mark.slow
 def test_an_error_naming_a_non_utf8_path_is_valid_utf8(tmp_path):
     missing = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9.zarr"))
     result = run_jepa("info", missing)
@@ -168,6 +180,7 @@ def test_an_error_naming_a_non_utf8_path_is_valid_utf8(tmp_path):
 # --- one error line after JAX has started, for every command ---------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, fragment", [
     (["mask", "--grid", "4x4", "--min-keep", "99"], "--min-keep 99"),
     (["probe", "linear", "nowhere-train.zarr", "nowhere-test.zarr"], "nowhere-train.zarr"),
@@ -195,12 +208,14 @@ def _gpu_fallback(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", GPU_FALLBACK, *args], env=env, capture_output=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_jax_warnings_never_reach_stderr_without_verbose():
     result = _gpu_fallback("mask", "--grid", "6x6", "--batch-size", "2", "--context-size", "8", "--json")
     assert result.returncode == 0, result.stderr
     assert result.stderr == b""
 
 
+@pytest.mark.slow
 def test_verbose_lets_jax_warnings_through():
     result = _gpu_fallback("mask", "--grid", "6x6", "--batch-size", "2", "--context-size", "8", "--json", "-v")
     assert b"WARNING jax._src.xla_bridge: An NVIDIA GPU may be present" in result.stderr
@@ -232,7 +247,7 @@ def test_a_missing_argument_is_one_line(run_cli, name):
 def test_a_bad_choice_is_one_line(run_cli, name):
     param = _first_choice(name)
     args = ["no-such-choice"] if isinstance(param, click.Argument) else [param.opts[0], "no-such-choice"]
-    assert_user_error(run_cli(name, *args), "'no-such-choice' is not")  # 'one of ...', or the only choice
+    assert_user_error(run_cli(name, *args), "'no-such-choice'")  # is not one of ..., or: must be one of ..., got
 
 
 def test_completion_for_an_unknown_shell_is_one_line(run_cli):

@@ -19,6 +19,8 @@ from test_adversarial_plot_env_completion import run  # noqa: F401 - a fixture: 
 
 from jepa_cli.data import store
 
+pytestmark = pytest.mark.slow
+
 FLOW_RECIPE = """objective = "flow"
 mesh = "data=1"
 batch_size = 8

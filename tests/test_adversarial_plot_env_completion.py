@@ -16,6 +16,8 @@ import pytest
 from adversarial import assert_one_error_line, expect_refusal, jepa_env, run_jepa, start_held
 from conftest import assert_user_error
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def run(tmp_path) -> Path:

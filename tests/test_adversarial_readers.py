@@ -19,6 +19,8 @@ from PIL import Image
 from test_encode import RECIPE
 from test_encode import trained as run_and_data  # noqa: F401 - a fixture: one tiny run at step 0 and its data
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT = 120  # s: a reader that waits on a pipe fails the test instead of hanging it
 
 

@@ -13,6 +13,7 @@ from conftest import assert_user_error
 from jepa_cli.data import resources, store
 
 
+@pytest.mark.slow
 def test_sampling_a_run_that_is_not_generative_writes_nothing(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -21,6 +22,7 @@ def test_sampling_a_run_that_is_not_generative_writes_nothing(tmp_path):
                    fragments=["is not generative"])
 
 
+@pytest.mark.slow
 def test_fd_of_datasets_of_different_dimensions_writes_nothing(tmp_path):
     for name, dim in (("a.zarr", 3), ("b.zarr", 4)):
         store.write_group(tmp_path / name, store.base_attributes("dataset", modality="latent", layout="ND",
@@ -71,6 +73,7 @@ def test_fd_gram_and_covariance_methods_give_the_same_distance():
     assert fd_method(1000, 1000, 64)[0] == "covariance" and fd_method(24, 24, 49152)[0] == "gram"
 
 
+@pytest.mark.slow
 def test_fd_of_images_too_large_for_memory_is_refused_before_reading_with_the_figure(tmp_path, monkeypatch,
                                                                                       run_cli):
     a = _dataset(tmp_path / "a.zarr", np.zeros((2, 128, 128, 3), np.uint8))
@@ -81,6 +84,7 @@ def test_fd_of_images_too_large_for_memory_is_refused_before_reading_with_the_fi
                       "(--run RUN) or at a smaller image size (jepa ingest --size)")
 
 
+@pytest.mark.slow
 def test_fd_reports_its_work_and_progress_over_both_datasets(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets
 
@@ -92,6 +96,7 @@ def test_fd_reports_its_work_and_progress_over_both_datasets(tmp_path):
     assert (result["n_a"], result["n_b"], result["dim"]) == (5, 7, 4)
 
 
+@pytest.mark.slow
 def test_fd_of_a_latent_set_holding_nan_names_the_set_and_the_sample(tmp_path, run_cli):
     good = _dataset(tmp_path / "good.zarr", np.ones((4, 3), np.float32), "latent", "ND")
     z = np.ones((4, 3), np.float32)
@@ -100,6 +105,7 @@ def test_fd_of_a_latent_set_holding_nan_names_the_set_and_the_sample(tmp_path, r
     assert_user_error(run_cli("fd", good, bad), f"{bad}: the features of sample 2 are not finite")
 
 
+@pytest.mark.slow
 def test_fd_of_audio_without_a_run_is_refused(tmp_path, run_cli):
     tones = _dataset(tmp_path / "t.zarr", np.zeros((3, 800), np.int16), "audio", "NL", sample_rate=8000)
     assert_user_error(run_cli("fd", tones, tones), f"{tones}: fd compares audio datasets in an encoder's space")
@@ -110,6 +116,7 @@ VJEPA = dict(model="tiny", width=24, depth=1, heads=2, patch_size=4, image_size=
              pred_scale=[[0.25, 0.25], [0.5, 0.5]])
 
 
+@pytest.mark.slow
 def test_fd_with_a_vjepa_run_on_an_image_set_is_refused(tmp_path):
     from jepa_cli.errors import InputError
     from jepa_cli.evaluation.fd import fd_datasets
@@ -122,6 +129,7 @@ def test_fd_with_a_vjepa_run_on_an_image_set_is_refused(tmp_path):
         fd_datasets(images, images, run, load_run=load_run)
 
 
+@pytest.mark.slow
 def test_fd_with_a_one_channel_run_on_three_channel_images_is_refused(tmp_path):
     from jepa_cli.errors import InputError
     from jepa_cli.evaluation.fd import fd_datasets
@@ -133,6 +141,7 @@ def test_fd_with_a_one_channel_run_on_three_channel_images_is_refused(tmp_path):
         fd_datasets(images, images, run, load_run=load_run)
 
 
+@pytest.mark.slow
 def test_fd_with_a_vjepa_run_compares_video_sets_in_its_space(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets
 
@@ -146,6 +155,7 @@ def test_fd_with_a_vjepa_run_compares_video_sets_in_its_space(tmp_path):
     assert other["fd"] > 0
 
 
+@pytest.mark.slow
 def test_fd_of_features_whose_squares_overflow_float64_is_refused(tmp_path, run_cli):
     huge = _dataset(tmp_path / "huge.zarr", np.array([[1e308, -1e308], [1e308, 1e308], [-1e308, 0.0]]),
                     "latent", "ND")
@@ -224,6 +234,7 @@ def test_scattered_samples_reach_a_high_recall_but_a_low_coverage():
     assert density_coverage(real, scattered, k=3) == {"density": 0.045, "coverage": 0.11}
 
 
+@pytest.mark.slow
 def test_fd_reports_precision_recall_and_coverage_of_a_set_with_itself_as_one(tmp_path, run_cli):
     rng = np.random.default_rng(0)
     a = _dataset(tmp_path / "a.zarr", rng.standard_normal((40, 4)).astype(np.float32), "latent", "ND")
@@ -234,6 +245,7 @@ def test_fd_reports_precision_recall_and_coverage_of_a_set_with_itself_as_one(tm
     assert figures == (1.0, 1.0, 1.0, 3, False)
 
 
+@pytest.mark.slow
 def test_standardised_fd_is_the_fd_of_features_scaled_by_the_reference_sets_mean_and_std(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets, frechet_distance_of_features
 
@@ -250,6 +262,7 @@ def test_standardised_fd_is_the_fd_of_features_scaled_by_the_reference_sets_mean
     assert fd_datasets(a, b)["fd"] > 50 * result["fd"]  # unstandardised, the 100-wide feature dominates
 
 
+@pytest.mark.slow
 def test_fd_warns_when_a_set_has_too_few_samples_for_its_dimensions(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets
 
@@ -268,6 +281,7 @@ def test_fd_warns_when_a_set_has_too_few_samples_for_its_dimensions(tmp_path):
     assert logs == []
 
 
+@pytest.mark.slow
 def test_fd_with_k_not_below_a_sets_sample_count_is_refused(tmp_path, run_cli):
     a = _dataset(tmp_path / "a.zarr", np.random.default_rng(0).standard_normal((10, 2)).astype(np.float32),
                  "latent", "ND")
@@ -276,6 +290,7 @@ def test_fd_with_k_not_below_a_sets_sample_count_is_refused(tmp_path, run_cli):
     assert_user_error(run_cli("fd", a, b, "--k", "3"), "--k 3 needs 1 <= k < the sample count", f"{b} has 3 samples")
 
 
+@pytest.mark.slow
 def test_fd_standardise_with_a_constant_reference_feature_is_refused(tmp_path, run_cli):
     z = np.random.default_rng(0).standard_normal((10, 3)).astype(np.float32)
     z[:, 1] = 0.25
@@ -285,6 +300,7 @@ def test_fd_standardise_with_a_constant_reference_feature_is_refused(tmp_path, r
                       "features are constant (the first: feature 1)")
 
 
+@pytest.mark.slow
 def test_fd_of_sets_too_small_for_the_default_k_reports_no_neighbourhood_figures(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets
 
@@ -297,6 +313,7 @@ def test_fd_of_sets_too_small_for_the_default_k_reports_no_neighbourhood_figures
     assert f"{a}: 3 samples; density and coverage need more than dc-k = 5 in each set (reported as null)" in logs
 
 
+@pytest.mark.slow
 def test_a_set_of_five_samples_gets_precision_and_recall_but_not_the_figures_of_five_neighbours(tmp_path):
     from jepa_cli.evaluation.fd import fd_datasets
 
@@ -306,6 +323,7 @@ def test_a_set_of_five_samples_gets_precision_and_recall_but_not_the_figures_of_
         [1.0, 1.0, None, None, 3, 5]
 
 
+@pytest.mark.slow
 def test_density_and_coverage_take_their_own_k(tmp_path, run_cli):
     # A: 0..5 and 2.5 on a line; B: the same shifted by 10. The real point 5 has its neighbours at distances
     # 1, 2, 2.5, 3, 4, 5: at k = 5 its ball (radius 4) holds no point of B, at k = 6 (radius 5) it holds 10,

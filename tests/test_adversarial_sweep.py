@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from adversarial import snapshot
 from test_encode import image_dataset
 
+pytestmark = pytest.mark.slow
+
 TOY = ["--objective", "toy_objective:make", "--batch-size", "8", "--mesh", "data=1"]
 INPUTS = ("missing", "empty", "text", "junkdir", "corrupt", "badjson", "unicode", "long")
 NUMBERS = ("-1", "0", "1e30", "nan", "inf", "abc", "99999999999999999999")

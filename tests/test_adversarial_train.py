@@ -22,6 +22,8 @@ from jepa_cli.data import store
 from jepa_cli.training.config import build_config
 from jepa_cli.training.loop import train
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent
 TOY_ENV = {"PYTHONPATH": str(TESTS)}  # toy_objective importable in the subprocess
 TOY = ["--objective", "toy_objective:make", "--mesh", "data=1", "--batch-size", "16"]

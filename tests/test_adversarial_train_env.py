@@ -43,6 +43,7 @@ def _train(run_cli, data: Path, run: Path, *extra: str):
 
 # ---- a disk that fills up while training ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_full_disk_while_logging_stops_in_one_line_and_marks_the_run_failed(run_cli, toy_data, tmp_path,
                                                                           monkeypatch):
     run = tmp_path / "run"
@@ -64,6 +65,7 @@ def test_full_disk_while_logging_stops_in_one_line_and_marks_the_run_failed(run_
     assert not (run / ".reserve").exists()
 
 
+@pytest.mark.slow
 def test_full_disk_while_saving_names_the_checkpoint_and_removes_its_partial(run_cli, toy_data, tmp_path,
                                                                             monkeypatch):
     run = tmp_path / "run"
@@ -86,6 +88,7 @@ def test_full_disk_while_saving_names_the_checkpoint_and_removes_its_partial(run
     assert json.loads((run / "run.json").read_text())["status"] == "failed at step 4"
 
 
+@pytest.mark.slow
 def test_resume_after_a_full_disk_continues_from_the_last_good_checkpoint(run_cli, toy_data, tmp_path, monkeypatch):
     run = tmp_path / "run"
     with monkeypatch.context() as patch:
@@ -117,6 +120,7 @@ def test_an_error_raised_while_handling_a_full_disk_is_traced_to_it():
         assert storage_failure(exc) == f"/r/metrics.jsonl: {NO_SPACE}"
 
 
+@pytest.mark.slow
 def test_the_error_line_is_the_last_thing_on_stderr_even_at_exit(tmp_path):
     """A library's traceback printed while the interpreter shuts down (after the error line) is dropped."""
     script = ("import atexit, sys\n"
@@ -129,6 +133,7 @@ def test_the_error_line_is_the_last_thing_on_stderr_even_at_exit(tmp_path):
 
 # ---- folders the user may not write, names too long ----------------------------------------------------
 
+@pytest.mark.slow
 def test_out_in_a_folder_without_write_permission_is_one_line(run_cli, toy_data, tmp_path, monkeypatch):
     run = tmp_path / "locked" / "run"
     run.parent.mkdir()
@@ -145,6 +150,7 @@ def test_out_in_a_folder_without_write_permission_is_one_line(run_cli, toy_data,
     assert snapshot([tmp_path]) == before
 
 
+@pytest.mark.slow
 def test_out_with_a_name_too_long_is_one_line(run_cli, toy_data, tmp_path):
     run = tmp_path / ("r" * 300)
     before = snapshot([tmp_path])
@@ -152,6 +158,7 @@ def test_out_with_a_name_too_long_is_one_line(run_cli, toy_data, tmp_path):
     assert snapshot([tmp_path]) == before
 
 
+@pytest.mark.slow
 def test_tensorboard_with_a_name_too_long_is_refused_before_run_is_created(run_cli, toy_data, tmp_path):
     board = tmp_path / ("t" * 300)
     before = snapshot([tmp_path])
@@ -160,6 +167,7 @@ def test_tensorboard_with_a_name_too_long_is_refused_before_run_is_created(run_c
     assert snapshot([tmp_path]) == before
 
 
+@pytest.mark.slow
 def test_mask_output_with_a_name_too_long_is_one_line(run_cli, tmp_path):
     out = tmp_path / ("m" * 300 + ".zarr")
     assert_user_error(run_cli("mask", "--grid", "8x8", "--batch-size", "2", "-o", str(out)), "file name too long")
@@ -167,6 +175,7 @@ def test_mask_output_with_a_name_too_long_is_one_line(run_cli, tmp_path):
 
 # ---- JAX and XLA environment variables ------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["mask", "--grid", "8x8"], ["train", *TOY, "--steps", "1"]], ids=["mask", "train"])
 def test_an_unknown_xla_flag_is_one_line_before_xla_starts(command, toy_data, tmp_path):
     args = [*command, "--data", toy_data, "--out", tmp_path / "run"] if command[0] == "train" else command
@@ -174,6 +183,7 @@ def test_an_unknown_xla_flag_is_one_line_before_xla_starts(command, toy_data, tm
                    fragments=["XLA_FLAGS='--bogus'", "Unknown flag in XLA_FLAGS: --bogus"])
 
 
+@pytest.mark.slow
 def test_an_xla_flag_value_xla_cannot_read_is_one_line(tmp_path):
     flags = "--xla_force_host_platform_device_count=abc"
     expect_refusal("mask", "--grid", "8x8", guard=[tmp_path], cwd=tmp_path, env={"XLA_FLAGS": flags},
@@ -187,6 +197,7 @@ def test_known_xla_flags_are_not_checked_in_a_child_process(monkeypatch):
     assert main.xla_flags_problem({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["env"], ["train", *TOY, "--steps", "1"]], ids=["env", "train"])
 def test_a_jax_variable_jax_cannot_read_is_one_line_naming_it(command, toy_data, tmp_path):
     args = [*command, "--data", toy_data, "--out", tmp_path / "run"] if command[0] == "train" else command
@@ -194,6 +205,7 @@ def test_a_jax_variable_jax_cannot_read_is_one_line_naming_it(command, toy_data,
                    fragments=["JAX_NUM_CPU_DEVICES='abc'", "jax_num_cpu_devices"])
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_resuming_leaves_metrics_and_no_partial_copy(tmp_path, monkeypatch):
     from jepa_cli.training import rundir
 

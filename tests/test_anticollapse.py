@@ -16,7 +16,7 @@ from conftest import assert_user_error
 from jepa_cli.data import store
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import make_objective
-from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
 from jepa_cli.objectives.ijepa_config import IJEPAConfig
 from jepa_cli.objectives.telemetry import covariance_penalty, variance_hinge
 from jepa_cli.objectives.vjepa import VJEPAConfig
@@ -114,6 +114,7 @@ def _recipe(path, name: str, table: dict, **top):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, modality", [("audio-jepa", "audio"), ("vjepa", "video")])
 def test_a_tiny_run_logs_the_collapse_telemetry_the_terms_and_the_k_nn_probe(run_cli, tmp_path, name, modality):
     data = _dataset(tmp_path / "d.zarr", modality)
@@ -135,6 +136,7 @@ def test_a_tiny_run_logs_the_collapse_telemetry_the_terms_and_the_k_nn_probe(run
     assert (config["var_weight"], config["var_target"], config["cov_weight"]) == (1.0, 1.0, 0.04)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, modality", [("audio-jepa", "audio"), ("vjepa", "video")])
 @pytest.mark.parametrize("extra, fragments", [
     ({"eval_resize_ratio": 1.0}, ("unknown", "option 'eval_resize_ratio'")),  # I-JEPA's, taken by no other

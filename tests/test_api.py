@@ -12,6 +12,8 @@ from test_export import OFFICIAL, TINY, _cli
 
 from jepa_cli import api
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):

@@ -12,6 +12,8 @@ from conftest import assert_user_error, nothing_written
 from conftest import read_zarr as read
 from conftest import zarr_attributes as attrs
 
+pytestmark = pytest.mark.slow
+
 
 def sine(freq: float, rate: int, seconds: float, amp: float = 0.5) -> np.ndarray:
     t = np.arange(int(round(rate * seconds))) / rate

@@ -12,7 +12,8 @@ import pytest
 
 from jepa_cli.data import store
 from jepa_cli.errors import InputError
-from jepa_cli.objectives.audio_jepa import AudioJEPAConfig, AudioJEPAObjective, log_mel
+from jepa_cli.objectives.audio_jepa import AudioJEPAObjective, log_mel
+from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
 
 TINY = dict(model="tiny", width=32, depth=1, heads=2, pred_width=16, pred_depth=1, pred_heads=2, patch_size=4,
             sample_rate=8000, seconds=0.5, frames=16, mel_bins=16, fmax=4000.0)
@@ -70,6 +71,7 @@ def _dataset(path, waves: np.ndarray):
     return path
 
 
+@pytest.mark.slow
 def test_the_statistics_are_those_of_every_log_mel_value_of_the_training_set(tmp_path):
     waves = _waves(5)
     data = _dataset(tmp_path / "d.zarr", waves)
@@ -83,6 +85,7 @@ def test_the_statistics_are_those_of_every_log_mel_value_of_the_training_set(tmp
     assert given.fit_to_data(data) is given  # values given by hand are kept
 
 
+@pytest.mark.slow
 def test_a_run_records_the_statistics_in_run_json_and_encode_latents_applies_them(run_cli, tmp_path):
     data = _dataset(tmp_path / "d.zarr", _waves(8))
     recipe = tmp_path / "r.toml"

@@ -19,6 +19,7 @@ def test_help_lists_the_commands_that_exist(run_cli):
         assert name in result.stdout
 
 
+@pytest.mark.slow
 def test_help_imports_neither_jax_nor_numpy():
     # what keeps `jepa --help` and completion fast; its time is not asserted (the machine's load is)
     code = ("import sys; from jepa_cli.cli.main import cli\n"
@@ -43,6 +44,7 @@ def test_unknown_command_is_one_line_exit_2(run_cli):
     assert result.stderr.strip().splitlines() == ["jepa: error: No such command 'frobnicate'."]
 
 
+@pytest.mark.slow
 def test_jepa_debug_shows_the_traceback(tmp_path):
     env = dict(os.environ, JEPA_DEBUG="1")
     result = subprocess.run([sys.executable, "-m", "jepa_cli", "info", str(tmp_path / "missing")],
@@ -68,6 +70,7 @@ def _env_report(**variables: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_env_reports_the_backend_devices_and_versions():
     report = _env_report(XLA_FLAGS="--xla_force_host_platform_device_count=3")
     assert (report["backend"], report["device_count"], report["process_count"]) == ("cpu", 3, 1)
@@ -77,12 +80,14 @@ def test_env_reports_the_backend_devices_and_versions():
     assert report["versions"]["jax"] == jax.__version__
 
 
+@pytest.mark.slow
 def test_env_says_why_simulated_devices_get_no_compilation_cache():
     report = _env_report(XLA_FLAGS="--xla_force_host_platform_device_count=3", JEPA_CACHE_DIR="/tmp/unused")
     assert report["compilation_cache"] is None
     assert report["compilation_cache_off"].startswith("3 simulated CPU devices in one process")
 
 
+@pytest.mark.slow
 def test_env_reports_the_cache_jax_uses_a_users_own_included(tmp_path):
     report = _env_report(XLA_FLAGS="--xla_force_host_platform_device_count=3",
                          JAX_COMPILATION_CACHE_DIR=str(tmp_path / "mine"))
@@ -90,6 +95,7 @@ def test_env_reports_the_cache_jax_uses_a_users_own_included(tmp_path):
     assert "compilation_cache_off" not in report
 
 
+@pytest.mark.slow
 def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tmp_path):
     # SIGTERM landing inside JAX's gc hook or a __del__: Python only prints "Exception ignored" and
     # the work goes on; the atomic write must still not move its result into place
@@ -112,6 +118,7 @@ def test_a_signal_whose_exception_a_callback_swallowed_still_stops_the_commit(tm
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_path):
     code = ("import os, signal, sys\n"
             "from jepa_cli.data import atomic\n"
@@ -132,6 +139,7 @@ def test_a_sigterm_after_the_output_is_in_place_says_the_output_is_whole(tmp_pat
     assert store.read_array(out / "inputs").shape == (1797, 8, 8, 1)
 
 
+@pytest.mark.slow
 def test_a_sigterm_after_a_picture_is_in_place_says_the_picture_is_whole(tmp_path):
     code = ("import os, signal, sys\n"
             "from jepa_cli.data import atomic\n"

@@ -18,6 +18,7 @@ MB3D = ["--strategy", "multiblock3d", "--grid", "6x6", "--frames", "2", "--conte
 RND = ["--strategy", "random", "--grid", "4x4", "--batch", "5"]  # --batch: the former name, kept
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, context_shape, targets_shape, frames", [
     (MB, (6, 64), (6, 4, 64), None),
     (MB3D, (3, 2, 72), (3, 2, 72), 2),
@@ -45,6 +46,7 @@ def test_writes_the_mask_file(run_cli, tmp_path, args, context_shape, targets_sh
     assert described["kind"] == "masks" and described["context"]["shape"] == list(context_shape)
 
 
+@pytest.mark.slow
 def test_show_stats_and_json(run_cli, tmp_path):
     result = run_cli("mask", *MB, "--show", "--stats", "--samples", "2")
     assert result.exit_code == 0, result.stderr
@@ -91,6 +93,7 @@ def test_ema_inspect_without_colour_rules_the_past_and_the_future_apart(capsys):
     assert lines[6] == "━━ past / ╌╌ future"
 
 
+@pytest.mark.slow
 def test_png_plain_and_over_a_dataset(run_cli, tmp_path):
     from PIL import Image
 
@@ -107,6 +110,7 @@ def test_png_plain_and_over_a_dataset(run_cli, tmp_path):
     assert run_cli("mask", *MB3D, "--png", video).exit_code == 0 and Image.open(video).size[1] > 0
 
 
+@pytest.mark.slow
 def test_force(run_cli, tmp_path):
     out = tmp_path / "m.zarr"
     assert run_cli("mask", *RND, "-o", out).exit_code == 0
@@ -115,6 +119,7 @@ def test_force(run_cli, tmp_path):
     assert read_masks(out)[0]["seed"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, fragment", [
     (["--grid", "2x2", "--npred", "4", "--min-keep", "10"], "cannot hold"),
     (["--pred-scale", "0,0.2"], "(0, 1]"),
@@ -152,6 +157,7 @@ def test_cell_labels_mark_context_overlap_targets_and_unused():
     assert labels.tolist() == [-2, -3, 0, -1]  # context, context over a target, target block 0, unused
 
 
+@pytest.mark.slow
 def test_png_force_replaces_a_png_but_never_another_file(run_cli, tmp_path):
     notes = tmp_path / "notes.png"
     notes.write_text("my notes, not a picture")
@@ -166,6 +172,7 @@ def test_png_force_replaces_a_png_but_never_another_file(run_cli, tmp_path):
         ["m.png", "notes.png"]  # written through a temporary sibling, none left behind
 
 
+@pytest.mark.slow
 def test_write_file_never_replaces_a_file_that_appeared_meanwhile(tmp_path, monkeypatch):
     from jepa_cli.data import atomic
     from jepa_cli.errors import InputError

@@ -47,6 +47,7 @@ def bracketed_dataset(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_info_shows_class_names_paths_and_regexes_literally(run_cli, bracketed_dataset):
     result = run_cli("info", bracketed_dataset, env=WIDE)
     assert result.exit_code == 0, result.stderr
@@ -60,6 +61,7 @@ def test_info_shows_class_names_paths_and_regexes_literally(run_cli, bracketed_d
     assert histogram == list(CLASS_NAMES)
 
 
+@pytest.mark.slow
 def test_mask_shows_its_output_path_literally(run_cli, bracketed_dataset, tmp_path):
     (tmp_path / "[bold]m[").mkdir()
     out = tmp_path / "[bold]m[/bold] [brackets].zarr"
@@ -90,6 +92,7 @@ def three_objectives(root: Path) -> None:
     fake_run(root / "e", "flow", {"sigma": 0.1})
 
 
+@pytest.mark.slow
 def test_runs_compares_the_options_of_each_objective_among_its_own_runs(run_cli, tmp_path):
     three_objectives(tmp_path)
     table = json.loads(run_cli("runs", tmp_path, "--json").stdout)
@@ -99,6 +102,7 @@ def test_runs_compares_the_options_of_each_objective_among_its_own_runs(run_cli,
                                                         {"vjepa.frames": 16}, {}]
 
 
+@pytest.mark.slow
 def test_runs_of_several_objectives_print_one_table_each_under_its_name(run_cli, tmp_path):
     three_objectives(tmp_path)
     result = run_cli("runs", tmp_path)
@@ -111,17 +115,20 @@ def test_runs_of_several_objectives_print_one_table_each_under_its_name(run_cli,
     assert tables[0][2].split() == ["a", "ijepa", "2", "4/4", "finished", "0.5"]
 
 
+@pytest.mark.slow
 def test_runs_objective_keeps_the_runs_of_that_objective(run_cli, tmp_path):
     three_objectives(tmp_path)
     table = json.loads(run_cli("runs", tmp_path, "--objective", "vjepa", "--json").stdout)
     assert [Path(row["run"]).name for row in table["runs"]] == ["c", "d"]
 
 
+@pytest.mark.slow
 def test_runs_objective_that_no_run_has_is_one_line_naming_theirs(run_cli, tmp_path):
     three_objectives(tmp_path)
     assert_user_error(run_cli("runs", tmp_path, "--objective", "dino"), "--objective dino", "flow, ijepa, vjepa")
 
 
+@pytest.mark.slow
 def test_runs_columns_choose_the_table_columns(run_cli, tmp_path):
     three_objectives(tmp_path)
     result = run_cli("runs", tmp_path / "a", tmp_path / "c", "--columns", "lr,loss,vjepa.tubelet")
@@ -132,6 +139,7 @@ def test_runs_columns_choose_the_table_columns(run_cli, tmp_path):
         [["run", "lr", "loss", "vjepa.tubelet"], ["c", "0.002", "-", "2"]]]
 
 
+@pytest.mark.slow
 def test_runs_column_that_no_run_has_is_one_line(run_cli, tmp_path):
     three_objectives(tmp_path)
     assert_user_error(run_cli("runs", tmp_path, "--columns", "lr,widht"), "--columns widht: no such column")
@@ -145,6 +153,7 @@ def probe_of_embeddings(path: Path, kind: str, run: Path, step: int, top1: float
                                 "encoder": encoder, "train": "emb-train.zarr", "test": "emb-test.zarr"}))
 
 
+@pytest.mark.slow
 def test_runs_shows_the_probe_results_written_next_to_a_run(run_cli, tmp_path):
     run = fake_run(tmp_path / "out" / "run-pretrained", "ijepa", {}, metrics=[
         {"step": 2, "loss": 0.9, "knn_top1": 0.3, "knn_top5": 0.6}, {"step": 4, "loss": 0.5}])
@@ -164,6 +173,7 @@ def test_runs_shows_the_probe_results_written_next_to_a_run(run_cli, tmp_path):
         ["run-pretrained", "ijepa", "4/4", "finished", "0.5", "4", "0.625", "0.875", "0.75", "-"]]
 
 
+@pytest.mark.slow
 def test_runs_probes_reads_probe_results_of_the_run_below_a_folder(run_cli, tmp_path, monkeypatch):
     run = fake_run(tmp_path / "runs" / "r", "ijepa", {}, metrics=[{"step": 4, "loss": 0.5, "knn_top1": 0.25}])
     (tmp_path / "scores" / "deep").mkdir(parents=True)
@@ -217,6 +227,7 @@ def test_the_ema_warning_suggests_the_highest_start_that_keeps_a_tenth_or_less()
     assert ramp_kept(start, 1.0, 100) <= 0.1 < ramp_kept(start + 0.001, 1.0, 100)
 
 
+@pytest.mark.slow
 def test_ema_is_a_train_option(run_cli, tmp_path):
     import tomllib
 
@@ -231,6 +242,7 @@ def test_ema_is_a_train_option(run_cli, tmp_path):
     assert tomllib.loads(r.stdout)["ijepa"]["ema"] == [0.95, 1.0]
 
 
+@pytest.mark.slow
 def test_a_short_run_warns_that_its_target_encoder_keeps_its_initialisation(run_cli, tmp_path):
     from jepa_cli.data import store
 

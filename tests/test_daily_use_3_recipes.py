@@ -35,6 +35,7 @@ def _value(call: list[str], flag: str) -> str | None:
 # ---- one SIZE reaches ingest and train ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_video_recipes_size_reaches_ingest_and_both_runs(tmp_path):
     fake = Fake(tmp_path, "vjepa-moving-digits.mk")
     assert fake.make("OUT=out", "SIZE=64x64").returncode == 0
@@ -42,6 +43,7 @@ def test_the_video_recipes_size_reaches_ingest_and_both_runs(tmp_path):
     assert [_value(c, "--image-size") for c in fake.calls if c[0] == "train"] == ["64x64", "64x64"]
 
 
+@pytest.mark.slow
 def test_a_size_given_in_shape_flags_reaches_both_runs(tmp_path):
     fake = Fake(tmp_path, "vjepa-moving-digits.mk")
     assert fake.make("OUT=out", "SHAPE_FLAGS=--frames 8 --size 48x40").returncode == 0
@@ -101,6 +103,7 @@ TINY = ["--config", "builtin:ijepa-digits-tiny", "--data", "d.zarr", "--batch-si
         "--ema", "0.5,1"]
 
 
+@pytest.mark.slow
 def test_jepa_train_warns_when_the_recipes_image_size_is_not_the_datasets(digits):
     done = _jepa("train", *TINY, "--image-size", "32", "--steps", "0", "--out", "r32", "--force", cwd=digits)
     assert done.returncode == 0, done.stderr
@@ -128,6 +131,7 @@ def test_plain_training_lines_come_within_30_s_of_the_first_update_then_at_least
     assert steps == [4, 11, 18, 25, 32, 39, 46, 50, 57]
 
 
+@pytest.mark.slow
 def test_the_linear_probe_warns_of_its_cost_up_front_above_the_feature_threshold(digits, monkeypatch):
     from jepa_cli.cli import probe
 
@@ -139,6 +143,7 @@ def test_the_linear_probe_warns_of_its_cost_up_front_above_the_feature_threshold
             "minutes; pool or downsample") in done.stderr
 
 
+@pytest.mark.slow
 def test_the_linear_probe_says_nothing_of_its_cost_at_the_threshold(digits, monkeypatch):
     from jepa_cli.cli import probe
 
@@ -152,6 +157,7 @@ def test_the_linear_probe_says_nothing_of_its_cost_at_the_threshold(digits, monk
 # ---- the baseline and signals ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_changed_train_flags_reruns_the_pretrained_run_and_what_follows_not_the_baseline(fake):
     assert fake.make("OUT=out", "TRAIN_FLAGS=--warmup-steps 5").returncode == 0
     assert fake.commands() == [
@@ -160,6 +166,7 @@ def test_a_changed_train_flags_reruns_the_pretrained_run_and_what_follows_not_th
     assert _value(fake.calls[0], "--warmup-steps") == "5"
 
 
+@pytest.mark.slow
 def test_the_baseline_takes_the_batch_size_of_train_flags_so_that_it_fits_a_small_dataset(fake):
     assert fake.make("OUT=out", "TRAIN_FLAGS=--batch-size 8 --lr 1e-3").returncode == 0
     init, pretrained = [c for c in fake.calls if c[0] == "train"]
@@ -167,6 +174,7 @@ def test_the_baseline_takes_the_batch_size_of_train_flags_so_that_it_fits_a_smal
     assert "--lr" not in init and _value(pretrained, "--lr") == "1e-3"
 
 
+@pytest.mark.slow
 def test_model_flags_reach_both_runs_and_rerun_the_baseline(fake):
     assert fake.make("OUT=out", "MODEL_FLAGS=--model small").returncode == 0
     trains = [c for c in fake.calls if c[0] == "train"]
@@ -174,6 +182,7 @@ def test_model_flags_reach_both_runs_and_rerun_the_baseline(fake):
     assert all(_value(c, "--model") == "small" for c in trains)
 
 
+@pytest.mark.slow
 def test_an_encoder_option_in_train_flags_is_refused_before_anything_runs(fake):
     done = fake.make("OUT=out", "TRAIN_FLAGS=--lr 1e-3 --patch-size 4")
     assert done.returncode == 2 and fake.calls == []
@@ -189,6 +198,7 @@ echo {}
 """
 
 
+@pytest.mark.slow
 def test_sigterm_to_make_during_a_step_leaves_no_tmp_and_no_target_and_stops_the_step(tmp_path):
     fake = Fake(tmp_path)
     fake.jepa.write_text(SLOW_TRAIN)
@@ -215,6 +225,7 @@ def test_sigterm_to_make_during_a_step_leaves_no_tmp_and_no_target_and_stops_the
 PROGRESS = re.compile(r"run \S+: steps \d+ -> \d+, mesh .*|step \d+/\d+ .*")
 
 
+@pytest.mark.slow
 def test_a_clean_chain_and_the_api_write_nothing_but_progress_on_stderr(digits):
     chain = [
         ("train", *TINY, "--steps", "4", "--out", "r", "--force", "--json"),
@@ -244,6 +255,7 @@ def test_raw_pool_averages_each_block_of_pixels_of_a_clip():
     assert pooled[0, 0, 0, 0, 0] == (0 + 1 + 4 + 5) / 4 and pooled[0, 1, 1, 1, 0] == (26 + 27 + 30 + 31) / 4
 
 
+@pytest.mark.slow
 def test_the_raw_probe_of_pooled_pixels_reads_a_sixteenth_of_the_features(digits, run_cli):
     import json
 

@@ -9,6 +9,7 @@ import pytest
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import make_objective
+from jepa_cli.options import check
 from jepa_cli.training import config as config_lib
 from jepa_cli.training.schedules import ema_ramp_length
 
@@ -42,7 +43,7 @@ def test_ema_ramp_steps_wins_over_ema_ramp_epochs():
                                                  ("ema_ramp_epochs", 0.0, "ema_ramp_epochs must be a number > 0")])
 def test_a_ramp_of_no_length_is_refused(key, value, message):
     with pytest.raises(InputError, match=message):
-        config_lib.check_value(key, value, key)
+        check(config_lib.TRAINER_FLAGS[key], value, key)
 
 
 def test_the_as2m_recipe_stops_at_100k_updates_with_the_ema_ramp_over_50_epochs():
@@ -57,6 +58,7 @@ def test_the_as2m_recipe_stops_at_100k_updates_with_the_ema_ramp_over_50_epochs(
     assert end == pytest.approx(0.99661, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_ema_inspect_draws_the_whole_ramp_when_it_is_longer_than_the_run(run_cli, tmp_path):
     import json
 

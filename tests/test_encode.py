@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from conftest import assert_user_error
 from jepa_cli.data import store
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "jepa_cli" / "recipes" / "ijepa-digits-tiny.toml"
 

@@ -69,6 +69,7 @@ def _flat(tree):
     return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+@pytest.mark.slow
 def test_an_exported_run_imports_back_to_the_same_weights_bit_for_bit(trained, tmp_path):
     from jepa_cli.training.run import load_run
 
@@ -87,6 +88,7 @@ def test_an_exported_run_imports_back_to_the_same_weights_bit_for_bit(trained, t
         assert after[name].dtype == value.dtype and np.array_equal(after[name], value), name
 
 
+@pytest.mark.slow
 def test_the_export_of_an_imported_official_checkpoint_holds_its_tensors(imported, tmp_path):
     assert _cli("export", imported, "-o", tmp_path / "again.pth.tar", "--all", "-q").exit_code == 0
     official, exported = _read(OFFICIAL), _read(tmp_path / "again.pth.tar")
@@ -98,6 +100,7 @@ def test_the_export_of_an_imported_official_checkpoint_holds_its_tensors(importe
             assert np.array_equal(exported[part][name], value), (part, name)
 
 
+@pytest.mark.slow
 def test_the_epoch_written_counts_whole_epochs_of_a_step_between_two(imported, tmp_path):
     import shutil
 
@@ -110,6 +113,7 @@ def test_the_epoch_written_counts_whole_epochs_of_a_step_between_two(imported, t
     assert _read(tmp_path / "x.pth.tar")["epoch"] == 4  # step 30 at 7 updates an epoch: 4 whole epochs (28), 2 more
 
 
+@pytest.mark.slow
 def test_one_encoder_is_written_under_the_official_key_of_its_weights(imported, tmp_path):
     official = _read(OFFICIAL)
     _cli("export", imported, "-o", tmp_path / "target.pth.tar", "-q")
@@ -123,6 +127,7 @@ def test_one_encoder_is_written_under_the_official_key_of_its_weights(imported, 
     assert not np.array_equal(official["encoder"][name], official["target_encoder"][name])
 
 
+@pytest.mark.slow
 def test_safetensors_holds_one_encoder_under_bare_official_names(imported, tmp_path):
     from safetensors import safe_open
     from safetensors.numpy import load_file
@@ -139,6 +144,7 @@ def test_safetensors_holds_one_encoder_under_bare_official_names(imported, tmp_p
     assert (meta["objective"], meta["step"], meta["epoch"], meta["parts"]) == ("ijepa", "30", "3", "target_encoder")
 
 
+@pytest.mark.slow
 def test_safetensors_with_all_prefixes_each_name_with_its_part(imported, tmp_path):
     from safetensors.numpy import load_file
 
@@ -150,6 +156,7 @@ def test_safetensors_with_all_prefixes_each_name_with_its_part(imported, tmp_pat
                           official["predictor"]["module.predictor_blocks.1.mlp.fc2.weight"])
 
 
+@pytest.mark.slow
 def test_the_pickle_names_only_what_torch_load_weights_only_allows(imported, tmp_path):
     _cli("export", imported, "-o", tmp_path / "x.pth.tar", "--all", "-q")
     with zipfile.ZipFile(tmp_path / "x.pth.tar") as archive:
@@ -166,6 +173,7 @@ def test_the_pickle_names_only_what_torch_load_weights_only_allows(imported, tmp
     assert pickled[:2] == b"\x80\x02"  # protocol 2
 
 
+@pytest.mark.slow
 def test_the_writer_keeps_plain_values_and_every_storage_dtype(tmp_path):
     import collections
 
@@ -198,6 +206,7 @@ def test_integers_of_every_width_read_back_through_pythons_own_unpickler():
         assert pickle.loads(archive.read("archive/data.pkl")) == {"values": values}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["exists", "no-run", "not-a-run", "suffix", "weights-and-all", "other-objective"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(imported, tmp_path, case, run_cli):
     out = tmp_path / "out.pth.tar"

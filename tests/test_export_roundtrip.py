@@ -16,6 +16,8 @@ from conftest import assert_user_error
 from test_encode import image_dataset
 from test_import_checkpoint_families import audio_dataset, video_dataset
 
+pytestmark = pytest.mark.slow
+
 # tiny models at step 0; the I-JEPA run's normalisation is its own, so that the snippet's is told apart
 RECIPES = {
     "ijepa": 'objective = "ijepa"\n[ijepa]\nmodel = "tiny"\nwidth = 16\ndepth = 1\nheads = 2\npatch_size = 4\n'

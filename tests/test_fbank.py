@@ -31,6 +31,7 @@ def golden():
         return {k: f[k] for k in f.files}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_jax_fbank_matches_torchaudio_golden(golden, name):
     args = json.loads(str(golden[f"{name}/args"]))
@@ -46,6 +47,7 @@ def test_jax_fbank_matches_torchaudio_golden(golden, name):
     np.testing.assert_allclose(got[loud], expected[loud], atol=2e-3)
 
 
+@pytest.mark.slow
 def test_golden_file_covers_the_audio_jepa_geometry(golden):
     args = json.loads(str(golden["tone/args"]))
     assert (args["num_mel_bins"], args["low_freq"], args["high_freq"], args["window_type"]) == (128, 20.0, 16000.0,
@@ -53,6 +55,7 @@ def test_golden_file_covers_the_audio_jepa_geometry(golden):
     assert golden["tone/fbank"].shape == (24, 128)  # 1 s at 32 kHz: 1 + (32000 - 3125) // 1250
 
 
+@pytest.mark.slow
 def test_silence_is_kaldis_log_floor_everywhere(golden):
     cfg = config_from_torchaudio(json.loads(str(golden["silence/args"])))
     got = np.asarray(fbank(np.zeros(32000, np.float32), cfg))
@@ -61,6 +64,7 @@ def test_silence_is_kaldis_log_floor_everywhere(golden):
     np.testing.assert_array_equal(golden["silence/fbank"], got)
 
 
+@pytest.mark.slow
 def test_clip_shorter_than_a_window_has_no_frames(golden):
     # torchaudio refuses it outright; the JAX front-end returns zero frames
     assert "window size 3125" in str(golden["short/error"])

@@ -92,6 +92,7 @@ def test_edm2_power_ema_profile():
     np.testing.assert_allclose(ema_decay(jnp.array([0, 100]), 0.9999, None), [0.9999, 0.9999])
 
 
+@pytest.mark.slow
 def test_untrained_dit_outputs_zero(flow):
     """adaLN-Zero: zero modulation gates and a zero final projection (Peebles & Xie 2023, Sec. 3.2)."""
     params = flow.init(jax.random.key(0))
@@ -101,6 +102,7 @@ def test_untrained_dit_outputs_zero(flow):
     assert params["dit"]["label_embed"]["embedding"].shape == (11, 32)  # 10 classes + the null class
 
 
+@pytest.mark.slow
 def test_flow_loss_is_mse_to_eps_minus_x0(flow):
     """With the untrained (zero) network the loss is mean((eps - x0)^2) for the eps drawn from the key."""
     params = flow.init(jax.random.key(0))
@@ -119,6 +121,7 @@ def test_unknown_and_misplaced_options_are_refused():
         make_objective("diffusion", {"schedule": "edm", "prediction": "eps"})
 
 
+@pytest.mark.slow
 def test_tiny_flow_model_overfits_one_batch(flow):
     """Same batch, noise and t at every step: the loss falls by more than 10x."""
     params = flow.init(jax.random.key(0))

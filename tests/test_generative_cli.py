@@ -58,6 +58,7 @@ def trained(tmp_path_factory):
     return d, data, d / "run"
 
 
+@pytest.mark.slow
 def test_train_takes_classes_and_options_from_one_declaration(trained):
     d, _, run = trained
     record = json.loads((run / "run.json").read_text())
@@ -66,6 +67,7 @@ def test_train_takes_classes_and_options_from_one_declaration(trained):
     assert (oc["cond_drop"], oc["ema_decay"], oc["flow_shift"]) == (0.2, 0.75, 1.0)  # flag, recipe, default
 
 
+@pytest.mark.slow
 def test_ema_averages_every_parameter(trained):
     """After one update: ema = 0.75 params_0 + 0.25 params_1 (init_state's init key is split(seed)[0])."""
     from jepa_cli.training.run import load_run
@@ -78,6 +80,7 @@ def test_ema_averages_every_parameter(trained):
                  host["ema"], p0, host["params"])
 
 
+@pytest.mark.slow
 def test_sample_writes_a_labelled_uint8_dataset_with_its_parameters(trained, run_cli):
     d, _, run = trained
     out = d / "s.zarr"
@@ -96,6 +99,7 @@ def test_sample_writes_a_labelled_uint8_dataset_with_its_parameters(trained, run
     assert (d / "s.png").read_bytes().startswith(atomic.PNG_MAGIC)
 
 
+@pytest.mark.slow
 def test_sample_png_shows_the_first_ten_samples_of_each_class_read_back_from_the_output(trained, run_cli):
     from PIL import Image
 
@@ -133,6 +137,7 @@ def test_sample_png_labels_each_class_row_with_its_id_and_name():
     assert grid_picture(images, None, per_row=2).shape == (36, 2 * 36, 3)  # unlabelled: no label column
 
 
+@pytest.mark.slow
 def test_sample_of_absurdly_many_is_refused_before_anything_of_that_size_exists(trained, run_cli):
     d, _, run = trained
     r = run_cli("sample", run, "-n", str(10**15), "-o", d / "huge.zarr", "--steps", "2")
@@ -140,6 +145,7 @@ def test_sample_of_absurdly_many_is_refused_before_anything_of_that_size_exists(
     assert not (d / "huge.zarr").exists()
 
 
+@pytest.mark.slow
 def test_weights_samples_with_the_ema_or_the_online_parameters(trained, tmp_path):
     """After one update at ema_decay 0.75 the two differ; each sample records the digest of what it used."""
     from jepa_cli.sampling.run import sample_run
@@ -162,6 +168,7 @@ class Interrupt(Exception):
 SAMPLE_KW = dict(n=10, all_classes=True, steps=2, batch_size=4, mesh=None)  # 30 samples, batches of 4
 
 
+@pytest.mark.slow
 def test_an_interrupted_sample_resumes_to_the_bytes_of_an_uninterrupted_one(trained, tmp_path, monkeypatch):
     from jepa_cli.data.resumable import partial_path
     from jepa_cli.sampling import run as sampling_run
@@ -192,6 +199,7 @@ def test_an_interrupted_sample_resumes_to_the_bytes_of_an_uninterrupted_one(trai
     assert store.read_attributes(out) == store.read_attributes(tmp_path / "whole.zarr")
 
 
+@pytest.mark.slow
 def test_a_partial_sample_of_other_parameters_is_discarded_not_mixed(trained, tmp_path, monkeypatch):
     from jepa_cli.data.resumable import partial_path
     from jepa_cli.sampling import run as sampling_run
@@ -217,6 +225,7 @@ def test_a_partial_sample_of_other_parameters_is_discarded_not_mixed(trained, tm
     np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "fresh.zarr" / "inputs"))
 
 
+@pytest.mark.slow
 def test_sigterm_during_sample_exits_143_keeps_the_partial_and_the_rerun_resumes_to_the_same_bytes(trained, tmp_path,
                                                                                                 run_cli):
     """The real CLI, held once its one unit of samples is recorded: SIGTERM exits 143 in one line and
@@ -240,6 +249,7 @@ def test_sigterm_during_sample_exits_143_keeps_the_partial_and_the_rerun_resumes
     np.testing.assert_array_equal(store.read_array(out / "inputs"), store.read_array(tmp_path / "whole.zarr" / "inputs"))
 
 
+@pytest.mark.slow
 def test_a_second_sample_into_an_output_being_written_is_refused(trained, tmp_path, run_cli):
     import subprocess
     import sys
@@ -263,6 +273,7 @@ def test_a_second_sample_into_an_output_being_written_is_refused(trained, tmp_pa
         holder.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, fragment", [
     (("--class", "3"), "class 3 is not one the model knows"),
     (("--guidance-interval", "0.8,0.2"), "LO <= HI"),
@@ -284,6 +295,7 @@ def test_sample_refusals_are_one_line_and_write_nothing(trained, run_cli, args, 
     assert not (d / "bad.zarr").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective, named", [("ijepa", "'ijepa'"), (["flow"], "['flow']")])
 def test_sampling_a_run_of_no_generative_objective_is_refused(tmp_path, run_cli, objective, named):
     run = tmp_path / "run"
@@ -292,6 +304,7 @@ def test_sampling_a_run_of_no_generative_objective_is_refused(tmp_path, run_cli,
     assert_user_error(run_cli("sample", run, "-o", tmp_path / "s.zarr"), f"objective {named} is not generative")
 
 
+@pytest.mark.slow
 def test_fd_of_a_set_with_itself_is_zero(trained, run_cli):
     _, data, _ = trained
     r = run_cli("fd", data, data, "--json")
@@ -312,6 +325,7 @@ def test_fd_matches_scipy_on_gaussians_with_known_covariance():
     assert frechet_distance(mu_a, cov_a, mu_b, cov_a) == pytest.approx(np.sum((mu_a - mu_b) ** 2), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_fd_refuses_different_dimensions_and_single_samples(tmp_path, run_cli):
     a = _images(tmp_path / "a.zarr", 4)
     b = tmp_path / "b.zarr"
@@ -335,6 +349,7 @@ def test_classes_on_an_unconditional_model_are_refused():
     np.testing.assert_array_equal(resolve_labels(conditional, 4, None, False, "run"), [0, 1, 2, 0])
 
 
+@pytest.mark.slow
 def test_sample_force_replaces_an_earlier_sample_and_leaves_no_partial(trained, tmp_path, run_cli):
     _, _, run = trained
     out = tmp_path / "s.zarr"
@@ -346,6 +361,7 @@ def test_sample_force_replaces_an_earlier_sample_and_leaves_no_partial(trained, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
 
 
+@pytest.mark.slow
 def test_sample_show_of_fewer_than_four_samples_previews_each(trained, tmp_path, run_cli):
     _, _, run = trained
     r = run_cli("sample", run, "-n", "2", "-o", tmp_path / "s.zarr", "--steps", "2", "--mesh", "data=1", "--show",
@@ -355,6 +371,7 @@ def test_sample_show_of_fewer_than_four_samples_previews_each(trained, tmp_path,
         ["class 0 a: sample 0", "class 1 b: sample 1"]
 
 
+@pytest.mark.slow
 def test_sample_show_previews_the_first_four_samples_of_every_class_side_by_side(trained, tmp_path, run_cli):
     _, _, run = trained
     r = run_cli("sample", run, "-n", "5", "--classes", "all", "-o", tmp_path / "s.zarr", "--steps", "2",
@@ -367,6 +384,7 @@ def test_sample_show_previews_the_first_four_samples_of_every_class_side_by_side
     assert len(lines[first + 1]) == 4 * 16 + 3 * 2  # four 8-pixel tiles of 2 characters a pixel, 2 apart
 
 
+@pytest.mark.slow
 def test_guidance_interval_at_scale_1_warns_that_it_changes_nothing(trained, tmp_path, run_cli):
     _, _, run = trained
     r = run_cli("sample", run, "-n", "2", "-o", tmp_path / "s.zarr", "--steps", "2", "--mesh", "data=1",
@@ -380,6 +398,7 @@ def test_guidance_interval_at_scale_1_warns_that_it_changes_nothing(trained, tmp
     assert guided.exit_code == 0 and "jepa: warning" not in guided.stderr
 
 
+@pytest.mark.slow
 def test_sample_png_at_the_output_path_is_refused_before_sampling(trained, tmp_path, run_cli):
     _, _, run = trained
     out = tmp_path / "s.zarr"
@@ -388,6 +407,7 @@ def test_sample_png_at_the_output_path_is_refused_before_sampling(trained, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_class_named_twice_is_sampled_n_times_not_2n(trained, tmp_path, run_cli):
     _, _, run = trained
     out = tmp_path / "s.zarr"
@@ -398,22 +418,23 @@ def test_a_class_named_twice_is_sampled_n_times_not_2n(trained, tmp_path, run_cl
     assert store.read_attributes(out)["sampling"]["n"] == 2
 
 
+@pytest.mark.slow
 def test_non_finite_samples_are_refused_and_nothing_stays_on_disk(trained, tmp_path, monkeypatch):
     from jepa_cli.errors import InputError
     from jepa_cli.sampling import run as sampling_run
-    from jepa_cli.sampling import sampler
 
     _, _, run = trained
 
     def nan_batches(objective, params, labels, **kw):
         yield 0, np.full((len(labels), *objective.sample_shape), np.nan, np.float32)
 
-    monkeypatch.setattr(sampler, "sample_batches", nan_batches)
+    monkeypatch.setattr(sampling_run, "sample_batches", nan_batches)
     with pytest.raises(InputError, match="batch 0 of the samples is not finite"):
         sampling_run.sample_run(run, tmp_path / "s.zarr", n=2, steps=2, mesh=None)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_sample_whose_output_appeared_meanwhile_keeps_that_output_and_leaves_no_partial(trained, tmp_path):
     from jepa_cli.errors import InputError
     from jepa_cli.sampling import run as sampling_run
@@ -438,6 +459,7 @@ def _latents(path, n=16, dim=8):
     return path
 
 
+@pytest.mark.slow
 def test_edm_print_config_shows_the_sigma_data_and_preset_taken_from_latents(tmp_path, run_cli):
     import tomllib
 

@@ -21,6 +21,8 @@ from jepa_cli.objectives.ijepa import IJEPAConfig, IJEPAObjective, ema_momentum,
 from jepa_cli.training import config as config_lib
 from jepa_cli.training import optimizer, schedules
 
+pytestmark = pytest.mark.slow
+
 GOLDEN = Path(__file__).parent / "data" / "golden"
 
 

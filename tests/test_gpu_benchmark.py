@@ -9,6 +9,8 @@ import pytest
 
 from conftest import COMPILE_FASTER
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

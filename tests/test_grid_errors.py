@@ -45,7 +45,7 @@ def test_vjepa_names_the_frames_tubelets_image_and_patch_sizes():
 
 
 def test_audio_jepa_names_the_spectrogram_and_patch_sizes():
-    from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+    from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
 
     config = AudioJEPAConfig(frames=32, mel_bins=16, patch_size=16, ratio=(0.9, 0.95))
     assert _refusal(lambda: config.mask_config) == (

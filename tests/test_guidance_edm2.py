@@ -42,6 +42,7 @@ def edm_model():
     return obj, params
 
 
+@pytest.mark.slow
 def test_heun_trajectory_matches_the_official_per_step_guidance(edm_model):
     obj, params = edm_model
     labels = jnp.array([1, 2, 3, 4], jnp.int32)

@@ -39,12 +39,14 @@ def imported(tmp_path_factory):
     return run, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_the_imported_step_is_the_official_epoch_times_iterations_per_epoch(imported):
     run, summary = imported
     assert (summary["epoch"], summary["step"]) == (3, 30)
     assert [p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()] == ["30"]
 
 
+@pytest.mark.slow
 def test_run_json_names_the_source_file_and_its_sha256(imported):
     import hashlib
 
@@ -56,6 +58,7 @@ def test_run_json_names_the_source_file_and_its_sha256(imported):
     assert record["config"]["objective_config"]["pred_width"] == 32
 
 
+@pytest.mark.slow
 def test_imported_target_encoder_features_equal_the_official_ones(imported):
     from jepa_cli.training.run import load_run
 
@@ -68,6 +71,7 @@ def test_imported_target_encoder_features_equal_the_official_ones(imported):
     np.testing.assert_array_equal(host["params"]["encoder"]["patch_embed"]["kernel"].shape, (4, 4, 3, 64))
 
 
+@pytest.mark.slow
 def test_imported_context_encoder_is_the_official_encoder_not_the_target(imported):
     from jepa_cli.training.run import load_run
 
@@ -87,6 +91,7 @@ def _leaves(tree):
     return jax.tree.leaves(tree)
 
 
+@pytest.mark.slow
 def test_ema_inspect_reads_the_imported_run(imported, run_cli):
     run, _ = imported
     result = run_cli("ema-inspect", run, "--json")
@@ -95,6 +100,7 @@ def test_ema_inspect_reads_the_imported_run(imported, run_cli):
     assert report["step"] == 30
 
 
+@pytest.mark.slow
 def test_encode_latents_reads_the_imported_run(imported, run_cli, tmp_path):
     run, _ = imported
     data = image_dataset(tmp_path / "data.zarr", n=6, size=32, channels=3)
@@ -106,6 +112,7 @@ def test_encode_latents_reads_the_imported_run(imported, run_cli, tmp_path):
     assert store.open_array(tmp_path / "emb.zarr" / "inputs").shape == (6, 64)
 
 
+@pytest.mark.slow
 def test_an_existing_output_is_refused_and_left_alone(imported, run_cli):
     run, _ = imported
     before = (run / "run.json").read_bytes()
@@ -113,6 +120,7 @@ def test_an_existing_output_is_refused_and_left_alone(imported, run_cli):
     assert (run / "run.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_model_is_one_line_and_writes_nothing(run_cli, tmp_path):
     wrong = [*TINY]
     wrong[wrong.index("--pred-width") + 1] = "48"
@@ -121,11 +129,13 @@ def test_a_checkpoint_of_another_model_is_one_line_and_writes_nothing(run_cli, t
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_default_vith14_model_rejects_a_tiny_checkpoint(run_cli, tmp_path):
     assert_user_error(run_cli("import-checkpoint", CHECKPOINT, "-o", tmp_path / "run"), "encoder")
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["missing", "truncated", "not-zip", "empty"])
 def test_a_missing_or_damaged_file_is_one_line_and_writes_nothing(run_cli, tmp_path, damage):
     source = tmp_path / "in" / "ckpt.pth.tar"
@@ -141,6 +151,7 @@ def test_a_missing_or_damaged_file_is_one_line_and_writes_nothing(run_cli, tmp_p
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_pickle_that_needs_another_class_is_refused_before_it_runs(tmp_path):
     from jepa_cli.errors import InputError
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
@@ -154,6 +165,7 @@ def test_a_pickle_that_needs_another_class_is_refused_before_it_runs(tmp_path):
         read_torch_checkpoint(path)
 
 
+@pytest.mark.slow
 def test_a_zip_without_data_pkl_is_not_a_torch_checkpoint(tmp_path):
     from jepa_cli.errors import InputError
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
@@ -193,8 +205,9 @@ def test_strided_and_shared_storages_read_like_torch_does():
         np.testing.assert_array_equal(np.asarray(got[key], value.dtype), value, err_msg=key)
 
 
+@pytest.mark.slow
 def test_the_imported_checkpoint_carries_the_digest_of_its_files(imported):
-    from jepa_cli.training.checkpoint import DIGEST_FILE, digest_problem
+    from jepa_cli.training.digest import DIGEST_FILE, digest_problem
 
     run, _ = imported
     step_dir = run / "checkpoints" / "30"
@@ -203,11 +216,12 @@ def test_the_imported_checkpoint_carries_the_digest_of_its_files(imported):
     assert digest_problem(step_dir) is None
 
 
+@pytest.mark.slow
 def test_an_import_whose_checkpoint_does_not_read_back_as_written_fails_and_writes_nothing(run_cli, tmp_path,
                                                                                           monkeypatch):
-    from jepa_cli.training import checkpoint
+    from jepa_cli.training import import_official
 
-    monkeypatch.setattr(checkpoint, "digest_problem", lambda step_dir: "state/d/0 does not match its SHA-256")
+    monkeypatch.setattr(import_official, "digest_problem", lambda step_dir: "state/d/0 does not match its SHA-256")
     out = tmp_path / "run"
     result = run_cli("import-checkpoint", CHECKPOINT, "-o", out, *TINY)
     assert result.exit_code == 1, result.stderr

@@ -69,6 +69,7 @@ def _forward(objective, host, inputs, ctx, tgt):
     return [np.asarray(x) for x in jax.jit(run)(host["params"], host["ema"], inputs, ctx, tgt)]
 
 
+@pytest.mark.slow
 def test_a_vjepa_checkpoint_is_told_by_its_file_and_steps_at_epoch_times_300(vjepa_run):
     run, summary = vjepa_run
     assert (summary["objective"], summary["epoch"], summary["step"]) == ("vjepa", 2, 600)
@@ -81,6 +82,7 @@ def test_a_vjepa_checkpoint_is_told_by_its_file_and_steps_at_epoch_times_300(vje
     assert (config["image_size"], config["patch_size"], config["num_frames"], config["tubelet_size"]) == (16, 4, 4, 2)
 
 
+@pytest.mark.slow
 def test_vjepa_encoders_and_predictor_equal_the_official_ones_per_mask_type(vjepa_run):
     objective, host = _loaded(vjepa_run[0])
     golden = np.load(VJEPA_GOLDEN)
@@ -91,6 +93,7 @@ def test_vjepa_encoders_and_predictor_equal_the_official_ones_per_mask_type(vjep
     np.testing.assert_allclose(z, golden["z"], atol=1e-5)  # mask type m used mask token m
 
 
+@pytest.mark.slow
 def test_an_audio_jepa_lightning_checkpoint_steps_at_its_global_step(audio_run):
     run, summary = audio_run
     assert (summary["objective"], summary["epoch"], summary["step"]) == ("audio-jepa", 3, 120)
@@ -100,6 +103,7 @@ def test_an_audio_jepa_lightning_checkpoint_steps_at_its_global_step(audio_run):
     assert (config["frames"], config["mel_bins"], config["patch_size"], config["norm_eps"]) == (32, 16, 8, 1e-5)
 
 
+@pytest.mark.slow
 def test_audio_jepa_encoders_and_predictor_equal_the_official_ones(audio_run):
     objective, host = _loaded(audio_run[0])
     golden = np.load(AUDIO_GOLDEN)
@@ -110,6 +114,7 @@ def test_audio_jepa_encoders_and_predictor_equal_the_official_ones(audio_run):
     np.testing.assert_allclose(z, golden["z"], atol=1e-5)  # [B, 2 target sets, T, D]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["vjepa", "audio"])
 def test_ema_inspect_reads_the_imported_runs(vjepa_run, audio_run, run_cli, which):
     run, summary = vjepa_run if which == "vjepa" else audio_run
@@ -118,6 +123,7 @@ def test_ema_inspect_reads_the_imported_runs(vjepa_run, audio_run, run_cli, whic
     assert json.loads(result.stdout)["step"] == summary["step"]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_family_than_objective_says_which_and_writes_nothing(run_cli, tmp_path):
     assert_user_error(run_cli("import-checkpoint", VJEPA, "-o", tmp_path / "run", "--objective", "ijepa"),
                       "V-JEPA checkpoint", "--objective vjepa")
@@ -126,6 +132,7 @@ def test_a_checkpoint_of_another_family_than_objective_says_which_and_writes_not
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_size_that_is_no_release_needs_its_heads(run_cli, tmp_path):
     assert_user_error(run_cli("import-checkpoint", VJEPA, "-o", tmp_path / "run", "--num-frames", "4"),
                       "2 blocks of width 16", "not a released V-JEPA size", "--heads")
@@ -134,12 +141,14 @@ def test_a_size_that_is_no_release_needs_its_heads(run_cli, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_ijepa_option_on_a_vjepa_checkpoint_is_refused(run_cli, tmp_path):
     assert_user_error(run_cli("import-checkpoint", VJEPA, "-o", tmp_path / "run", "--model", "large", *VJEPA_TINY),
                       "--model does not apply")
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [VJEPA, AUDIO], ids=["vjepa", "audio"])
 def test_a_truncated_checkpoint_is_one_line_and_writes_nothing(run_cli, tmp_path, source):
     cut = tmp_path / "in" / source.name
@@ -155,6 +164,7 @@ def _torch_zip(path: Path, payload: bytes) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_a_target_encoder_is_one_line_and_writes_nothing(run_cli, tmp_path):
     import pickle
 
@@ -186,6 +196,7 @@ def test_without_inert_mode_a_lightning_checkpoint_is_refused_by_its_first_class
         read_torch_checkpoint(AUDIO)
 
 
+@pytest.mark.slow
 def test_inert_mode_still_refuses_a_pickle_that_would_run_code(tmp_path):
     from jepa_cli.errors import InputError
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
@@ -217,7 +228,7 @@ def _vjepa_shapes(width: int, depth: int, tokens: int, pred_width: int = 384, pr
     (1280, 32, 8 * 24 * 24, "huge", 384),  # ViT-H/16 at 384 px
 ])
 def test_the_vjepa_releases_are_told_from_their_shapes(width, depth, tokens, model, image):
-    from jepa_cli.training.import_official import infer_vjepa_config
+    from jepa_cli.training.official_model import infer_vjepa_config
 
     config = infer_vjepa_config(_vjepa_shapes(width, depth, tokens), Path("v.pth.tar"))
     assert config == {"model": model, "patch_size": 16, "image_size": image, "num_frames": 16, "tubelet_size": 2,
@@ -231,14 +242,14 @@ def test_the_vjepa_releases_are_told_from_their_shapes(width, depth, tokens, mod
 ])
 def test_other_vjepa_sizes_are_refused_with_one_line(width, depth, tokens, message):
     from jepa_cli.errors import InputError
-    from jepa_cli.training.import_official import infer_vjepa_config
+    from jepa_cli.training.official_model import infer_vjepa_config
 
     with pytest.raises(InputError, match=message):
         infer_vjepa_config(_vjepa_shapes(width, depth, tokens), Path("v.pth.tar"))
 
 
 def test_the_audio_jepa_release_is_told_from_its_shapes():
-    from jepa_cli.training.import_official import infer_audio_config
+    from jepa_cli.training.official_model import infer_audio_config
 
     encoder = {"patch_embed.proj.weight": _Shape(768, 1, 16, 16), "pos_embed": _Shape(1, 128, 768),
                **{f"blocks.{i}.norm1.weight": _Shape(768) for i in range(12)}}
@@ -285,12 +296,13 @@ def _cli(*args):
 def _official_state_dicts(source: Path) -> dict[str, dict[str, np.ndarray]]:
     """{part: {name without wrapper prefixes: tensor}} of an official V-JEPA or Audio-JEPA file."""
     from jepa_cli.models.torch_checkpoint import read_torch_checkpoint
-    from jepa_cli.training.import_official import detect_family, official_parts
+    from jepa_cli.training.official_read import detect_family, official_parts
 
     checkpoint = read_torch_checkpoint(source, inert=True)
     return official_parts(checkpoint, source, detect_family(checkpoint, source))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which, name", [("vjepa", "again.pth.tar"), ("audio", "again.ckpt")])
 def test_the_export_of_an_imported_official_checkpoint_holds_every_tensor(vjepa_run, audio_run, tmp_path, which,
                                                                           name):
@@ -315,6 +327,7 @@ def test_the_export_of_an_imported_official_checkpoint_holds_every_tensor(vjepa_
             assert got[key].dtype == value.dtype and np.array_equal(got[key], value), key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["vjepa", "audio"])
 def test_an_exported_imported_run_imports_back_bit_for_bit(vjepa_run, audio_run, tmp_path, which):
     from jepa_cli.training.run import load_run
@@ -334,6 +347,7 @@ def test_an_exported_imported_run_imports_back_bit_for_bit(vjepa_run, audio_run,
         assert after[key].dtype == value.dtype and np.array_equal(after[key], value), key
 
 
+@pytest.mark.slow
 def test_encode_latents_on_the_imported_vjepa_run_are_the_target_encoders_tokens(vjepa_run, tmp_path):
     import jax
 
@@ -353,6 +367,7 @@ def test_encode_latents_on_the_imported_vjepa_run_are_the_target_encoders_tokens
     np.testing.assert_allclose(tokens, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_encode_latents_on_the_imported_audio_run_pool_the_target_encoders_frequency_patches(audio_run, tmp_path):
     import jax
 
@@ -375,6 +390,7 @@ def test_encode_latents_on_the_imported_audio_run_pool_the_target_encoders_frequ
     np.testing.assert_allclose(tokens, np.asarray(jax.jit(tokens_of)(host["ema"], waves)), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["vjepa", "audio"])
 def test_train_resume_fine_tunes_an_imported_run_for_one_step(vjepa_run, audio_run, tmp_path_factory, which):
     import shutil

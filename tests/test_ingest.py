@@ -37,6 +37,7 @@ def class_folder(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_png_class_folder_gives_labels_from_sorted_subfolders(run_cli, class_folder, tmp_path):
     out = tmp_path / "pets.zarr"
     result = run_cli("ingest", class_folder, out, "--json")
@@ -51,6 +52,7 @@ def test_png_class_folder_gives_labels_from_sorted_subfolders(run_cli, class_fol
     assert np.array_equal(read(out / "inputs")[0], first)
 
 
+@pytest.mark.slow
 def test_flat_folder_is_unlabelled(run_cli, class_folder, tmp_path):
     out = tmp_path / "flat.zarr"
     assert run_cli("ingest", class_folder / "cat", out).exit_code == 0
@@ -58,6 +60,7 @@ def test_flat_folder_is_unlabelled(run_cli, class_folder, tmp_path):
     assert group_attributes(out)["class_names"] == []
 
 
+@pytest.mark.slow
 def test_npz_with_labels_key(run_cli, tmp_path):
     images = np.arange(4 * 6 * 6, dtype=np.uint8).reshape(4, 6, 6)
     np.savez(tmp_path / "a.npz", images=images, labels=np.array([2, 0, 1, 2]))
@@ -69,6 +72,7 @@ def test_npz_with_labels_key(run_cli, tmp_path):
     assert group_attributes(out)["class_names"] == ["0", "1", "2"]
 
 
+@pytest.mark.slow
 def test_gzipped_idx_images_with_idx_labels(run_cli, tmp_path):
     images = np.random.default_rng(1).integers(0, 255, (7, 28, 28), dtype=np.uint8)
     write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
@@ -80,6 +84,7 @@ def test_gzipped_idx_images_with_idx_labels(run_cli, tmp_path):
     assert read(out / "labels").tolist() == [0, 1, 2, 0, 1, 2, 0]
 
 
+@pytest.mark.slow
 def test_builtin_digits_is_the_1797_real_digits(run_cli, tmp_path):
     out = tmp_path / "digits.zarr"
     assert run_cli("ingest", "builtin:digits", out).exit_code == 0
@@ -90,6 +95,7 @@ def test_builtin_digits_is_the_1797_real_digits(run_cli, tmp_path):
     assert group_attributes(out)["source"] == "builtin:digits"
 
 
+@pytest.mark.slow
 def test_zarr_python_reads_the_dataset(run_cli, tmp_path):
     import zarr
 
@@ -101,6 +107,7 @@ def test_zarr_python_reads_the_dataset(run_cli, tmp_path):
     assert np.array_equal(group["labels"][:], read(out / "labels"))
 
 
+@pytest.mark.slow
 def test_splits_are_disjoint_stratified_and_cover_the_source(run_cli, tmp_path):
     for split in ("train", "test"):
         result = run_cli("ingest", "builtin:digits", tmp_path / f"{split}.zarr", "--split", split,
@@ -124,12 +131,14 @@ def test_split_indices_are_disjoint_and_cover_every_sample():
     assert np.bincount(labels[test]).tolist() == [8, 8, 8, 8]  # round(0.3 * 26) and round(0.3 * 25)
 
 
+@pytest.mark.slow
 def test_split_is_deterministic_for_a_seed(run_cli, tmp_path):
     for name in ("a", "b"):
         run_cli("ingest", "builtin:digits", tmp_path / f"{name}.zarr", "--split", "test", "--seed", "7")
     assert np.array_equal(read(tmp_path / "a.zarr" / "inputs"), read(tmp_path / "b.zarr" / "inputs"))
 
 
+@pytest.mark.slow
 def test_size_resizes_with_center_crop_and_channels_convert(run_cli, tmp_path):
     folder = tmp_path / "mixed"
     folder.mkdir()
@@ -142,18 +151,21 @@ def test_size_resizes_with_center_crop_and_channels_convert(run_cli, tmp_path):
     assert inputs[0].tolist() == [[[255, 0, 0]] * 6] * 6  # tall.png sorts first; pure red stays red
 
 
+@pytest.mark.slow
 def test_limit_keeps_the_first_samples(run_cli, tmp_path):
     out = tmp_path / "few.zarr"
     assert run_cli("ingest", "builtin:digits", out, "--limit", "5").exit_code == 0
     assert read(out / "labels").tolist() == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_options_read_jepa_environment_variables(run_cli, tmp_path):
     out = tmp_path / "env.zarr"
     assert run_cli("ingest", "builtin:digits", out, env={"JEPA_INGEST_LIMIT": "3"}).exit_code == 0
     assert read(out / "inputs").shape[0] == 3
 
 
+@pytest.mark.slow
 def test_skip_bad_skips_corrupt_files_and_reports_how_many(run_cli, class_folder, tmp_path):
     (class_folder / "cat" / "broken.png").write_bytes(b"not a png")
     out = tmp_path / "pets.zarr"
@@ -163,6 +175,7 @@ def test_skip_bad_skips_corrupt_files_and_reports_how_many(run_cli, class_folder
     assert read(out / "inputs").shape[0] == 5 and read(out / "labels").tolist() == [0, 0, 0, 1, 1]
 
 
+@pytest.mark.slow
 def test_info_describes_a_dataset(run_cli, tmp_path):
     out = tmp_path / "digits.zarr"
     run_cli("ingest", "builtin:digits", out, "--limit", "20")
@@ -186,6 +199,7 @@ def _latent_set(path: Path, shift: list) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_info_summarises_a_latent_sets_per_channel_lists_in_one_line_each(run_cli, tmp_path):
     shift = [i / 64 for i in range(64)]
     r = run_cli("info", _latent_set(tmp_path / "lat.zarr", shift))
@@ -196,6 +210,7 @@ def test_info_summarises_a_latent_sets_per_channel_lists_in_one_line_each(run_cl
     assert len(r.stdout.splitlines()) < 20
 
 
+@pytest.mark.slow
 def test_info_json_keeps_every_value_of_a_latent_sets_lists(run_cli, tmp_path):
     shift = [i / 64 for i in range(64)]
     r = run_cli("info", _latent_set(tmp_path / "lat.zarr", shift), "--json")
@@ -210,29 +225,33 @@ def test_a_short_or_non_numeric_list_is_not_summarised_and_nan_is_counted():
 
 
 def test_nan_and_infinity_inside_tuples_and_lists_become_null_in_a_description():
-    from jepa_cli.data.describe import json_finite
+    from jepa_cli.data.jsonvalues import json_value
 
     value = {"a": (1.5, float("nan")), "b": [float("inf"), (float("-inf"), 2)], "c": "x"}
-    assert json_finite(value) == {"a": [1.5, None], "b": [None, [None, 2]], "c": "x"}
-    json.dumps(json_finite(value), allow_nan=False)  # valid JSON
+    assert json_value(value) == {"a": [1.5, None], "b": [None, [None, 2]], "c": "x"}
+    json.dumps(json_value(value), allow_nan=False)  # valid JSON
 
 
+@pytest.mark.slow
 def test_missing_source_is_refused(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", tmp_path / "nope", tmp_path / "o.zarr"), "nope", "no such file")
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_unknown_builtin_is_refused(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", "builtin:cifar", tmp_path / "o.zarr"), "builtin:cifar", "unknown")
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_corrupt_image_is_refused_naming_the_file(run_cli, class_folder, tmp_path):
     (class_folder / "dog" / "zz.png").write_bytes(b"\x89PNG garbage")
     assert_user_error(run_cli("ingest", class_folder, tmp_path / "o.zarr"), "zz.png", "cannot decode")
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_labels_of_the_wrong_length_are_refused(run_cli, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((4, 5, 5), np.uint8))
     np.save(tmp_path / "y.npy", np.zeros(3, np.int64))
@@ -241,6 +260,7 @@ def test_labels_of_the_wrong_length_are_refused(run_cli, tmp_path):
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_images_of_different_sizes_need_size(run_cli, tmp_path):
     folder = tmp_path / "mixed"
     folder.mkdir()
@@ -250,12 +270,14 @@ def test_images_of_different_sizes_need_size(run_cli, tmp_path):
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_idx_with_a_wrong_magic_number_is_refused(run_cli, tmp_path):
     (tmp_path / "bad-idx3-ubyte").write_bytes(b"\x01\x02\x08\x03" + b"\x00" * 20)
     assert_user_error(run_cli("ingest", tmp_path / "bad-idx3-ubyte", tmp_path / "o.zarr"), "bad-idx3-ubyte", "magic")
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_one_image_file_is_a_dataset_of_one_sample(run_cli, tmp_path):
     pixels = np.arange(6 * 4 * 3, dtype=np.uint8).reshape(6, 4, 3)
     Image.fromarray(pixels).save(tmp_path / "photo.png")
@@ -264,6 +286,7 @@ def test_one_image_file_is_a_dataset_of_one_sample(run_cli, tmp_path):
     assert read(tmp_path / "one.zarr" / "inputs").tolist() == [pixels.tolist()]
 
 
+@pytest.mark.slow
 def test_a_file_of_no_known_kind_is_refused_saying_what_source_may_be(run_cli, tmp_path):
     (tmp_path / "notes.txt").write_text("hello world")
     assert_user_error(run_cli("ingest", tmp_path / "notes.txt", tmp_path / "o.zarr"), "notes.txt: not an IDX file",
@@ -271,6 +294,7 @@ def test_a_file_of_no_known_kind_is_refused_saying_what_source_may_be(run_cli, t
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_existing_output_is_not_overwritten_without_force(run_cli, tmp_path):
     out = tmp_path / "d.zarr"
     run_cli("ingest", "builtin:digits", out, "--limit", "4")
@@ -282,6 +306,7 @@ def test_existing_output_is_not_overwritten_without_force(run_cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
 
 
+@pytest.mark.slow
 def test_bad_option_is_one_line_exit_2(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", "builtin:digits", tmp_path / "o.zarr", "--channels", "2"), "--channels")
     assert_user_error(run_cli("ingest", "builtin:digits", tmp_path / "o.zarr", "--size", "ax3"), "--size")
@@ -306,6 +331,7 @@ def _wait_for_partial(tmp_path: Path, name: str, process: subprocess.Popen) -> N
     time.sleep(0.3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_ingest_leaves_nothing_behind(tmp_path, sig):
     out = tmp_path / "big.zarr"
@@ -319,6 +345,7 @@ def test_interrupted_ingest_leaves_nothing_behind(tmp_path, sig):
     assert nothing_written(tmp_path, "big.zarr"), sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_killed_ingest_leaves_no_output_directory(tmp_path):
     out = tmp_path / "big.zarr"
     process = _ingest_process(tmp_path, out)
@@ -340,16 +367,18 @@ def saved(tmp_path: Path, image: Image.Image, suffix: str) -> Image.Image:
 
 
 def pixels(image: Image.Image, channels=None) -> list:
-    from jepa_cli.data.ingest import to_pixels
+    from jepa_cli.data.pixels import to_pixels
 
     return to_pixels(image, channels, "x.png")[0, :, :].tolist()
 
 
+@pytest.mark.slow
 def test_one_bit_images_become_0_and_255(tmp_path):
     image = saved(tmp_path, Image.fromarray(np.array([[True, False]])), ".png")
     assert image.mode == "1" and pixels(image) == [[255], [0]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, value, suffix", [("L", 77, ".png"), ("LA", (77, 9), ".png"), ("PA", (0, 9), ".tif")])
 def test_gray_images_keep_their_8_bit_values(tmp_path, mode, value, suffix):
     image = Image.new(mode, (2, 1), value)
@@ -360,6 +389,7 @@ def test_gray_images_keep_their_8_bit_values(tmp_path, mode, value, suffix):
     assert pixels(image, channels=1) == [[77], [77]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, value, suffix, rgb", [
     ("RGB", (10, 20, 30), ".png", [10, 20, 30]),
     ("RGBA", (10, 20, 30, 0), ".png", [10, 20, 30]),  # alpha dropped, colour kept
@@ -372,12 +402,14 @@ def test_colour_images_convert_to_rgb(tmp_path, mode, value, suffix, rgb):
     assert pixels(image) == [rgb, rgb]
 
 
+@pytest.mark.slow
 def test_palette_images_take_their_palette_colours(tmp_path):
     image = Image.new("P", (2, 1), 1)
     image.putpalette([0, 0, 0, 200, 100, 50] + [0] * 762)
     assert pixels(saved(tmp_path, image, ".png")) == [[200, 100, 50]] * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, suffix", [("I;16", ".png"), ("I;16B", ".tif"), ("I", ".tif")])
 def test_16_bit_images_are_divided_by_257_not_saturated(tmp_path, mode, suffix):
     values = np.array([[0, 1000, 32896, 65535]], np.uint16)  # 1000 / 257 = 3.89, 32896 / 257 = 128
@@ -389,6 +421,7 @@ def test_16_bit_images_are_divided_by_257_not_saturated(tmp_path, mode, suffix):
     assert pixels(image) == [[0], [4], [128], [255]]
 
 
+@pytest.mark.slow
 def test_float_images_in_0_1_are_scaled_by_255(tmp_path):
     image = saved(tmp_path, Image.fromarray(np.array([[0.0, 0.5, 1.0]], np.float32)), ".tif")
     assert image.mode == "F" and pixels(image) == [[0], [128], [255]]
@@ -401,13 +434,14 @@ def test_float_images_in_0_1_are_scaled_by_255(tmp_path):
     (Image.new("LAB", (2, 1)), "Pillow mode LAB is not supported"),
 ])
 def test_pixels_without_a_known_range_are_refused_naming_the_file(image, problem):
-    from jepa_cli.data.ingest import to_pixels
-    from jepa_cli.data.sources import BadSample
+    from jepa_cli.data.pixels import to_pixels
+    from jepa_cli.data.samples import BadSample
 
     with pytest.raises(BadSample, match=f"^x.png: {problem}"):
         to_pixels(image, None, "x.png")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("array, expected", [
     (np.array([[0, 257, 65535]], np.uint16), [0, 1, 255]),
     (np.array([[0, 0.5, 1]], np.float32), [0, 128, 255]),
@@ -420,6 +454,7 @@ def test_array_pixels_are_scaled_by_their_dtype(tmp_path, run_cli, array, expect
     assert read(tmp_path / "o.zarr" / "inputs").reshape(-1).tolist() == expected
 
 
+@pytest.mark.slow
 def test_a_folder_of_16_bit_and_float_images_keeps_their_brightness(run_cli, tmp_path):
     folder = tmp_path / "scans"
     folder.mkdir()
@@ -429,6 +464,7 @@ def test_a_folder_of_16_bit_and_float_images_keeps_their_brightness(run_cli, tmp
     assert read(tmp_path / "o.zarr" / "inputs")[:, 0, 0, 0].tolist() == [200, 204]
 
 
+@pytest.mark.slow
 def test_the_next_ingest_removes_the_partial_a_killed_ingest_left(run_cli, tmp_path):
     out = tmp_path / "big.zarr"
     process = _ingest_process(tmp_path, out)
@@ -442,6 +478,7 @@ def test_the_next_ingest_removes_the_partial_a_killed_ingest_left(run_cli, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", "big.zarr"]
 
 
+@pytest.mark.slow
 def test_a_running_ingests_partial_is_never_removed(run_cli, tmp_path):
     out = tmp_path / "big.zarr"
     process = _ingest_process(tmp_path, out)
@@ -456,6 +493,7 @@ def test_a_running_ingests_partial_is_never_removed(run_cli, tmp_path):
         process.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_an_ingest_never_replaces_an_output_another_ingest_finished_meanwhile(run_cli, tmp_path, monkeypatch):
     from jepa_cli.data import store
     from jepa_cli.data.ingest import ingest
@@ -475,6 +513,7 @@ def test_an_ingest_never_replaces_an_output_another_ingest_finished_meanwhile(ru
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr", "x.npy"]
 
 
+@pytest.mark.slow
 def test_ingest_refuses_more_samples_than_the_disk_holds(run_cli, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -487,6 +526,7 @@ def test_ingest_refuses_more_samples_than_the_disk_holds(run_cli, tmp_path, monk
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_big_endian_16_bit_arrays_are_scaled_like_little_endian_ones(tmp_path, run_cli):
     np.save(tmp_path / "x.npy", np.array([[[0, 257, 65535]]], ">u2"))
     assert run_cli("ingest", tmp_path / "x.npy", tmp_path / "o.zarr").exit_code == 0
@@ -499,7 +539,7 @@ def test_big_endian_16_bit_arrays_are_scaled_like_little_endian_ones(tmp_path, r
 def test_every_supported_mode_converts_to_the_requested_channels_and_size(mode, channels):
     """A 5x4 black-and-white checkerboard at each mode's full scale (255, 65535, 1.0) reads back as 0
     and 255 in every requested channel; resized to 3x2, it has that shape."""
-    from jepa_cli.data.ingest import fit, to_pixels
+    from jepa_cli.data.pixels import fit, to_pixels
 
     checker = np.indices((4, 5)).sum(0) % 2 * 255
     if mode in ("I;16", "I;16B", "I;16L", "I", "F"):
@@ -515,7 +555,7 @@ def test_every_supported_mode_converts_to_the_requested_channels_and_size(mode, 
 def test_builtin_digits_without_scikit_learn_names_the_extra(monkeypatch):
     import importlib.util
 
-    from jepa_cli.data.sources import load_digit_images
+    from jepa_cli.data.digits import load_digit_images
     from jepa_cli.errors import InputError
 
     find_spec = importlib.util.find_spec  # what an install without the extra sees: no sklearn package
@@ -527,7 +567,7 @@ def test_builtin_digits_without_scikit_learn_names_the_extra(monkeypatch):
 def test_builtin_digits_are_scikit_learns_digits_scaled_to_0_255():
     from sklearn.datasets import load_digits
 
-    from jepa_cli.data.sources import load_digit_images
+    from jepa_cli.data.digits import load_digit_images
 
     images, labels, names = load_digit_images()
     reference = load_digits()

@@ -58,6 +58,7 @@ SOURCES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modality", sorted(SOURCES))
 def test_no_group_lies_on_both_sides_of_the_split(run_cli, tmp_path, modality):
     make, args = SOURCES[modality]
@@ -75,6 +76,7 @@ def test_no_group_lies_on_both_sides_of_the_split(run_cli, tmp_path, modality):
     assert sides["test"]["group_regex"] == args[args.index("--group-regex") + 1]
 
 
+@pytest.mark.slow
 def test_a_group_split_is_the_same_for_the_same_seed(run_cli, tmp_path):
     root = image_folder(tmp_path / "src")
     groups = []
@@ -98,6 +100,7 @@ def test_a_test_fraction_that_would_take_every_group_leaves_one_for_train():
         assert sorted(np.concatenate([test, train])) == list(range(6))
 
 
+@pytest.mark.slow
 def test_image_labels_from_a_csv_replace_the_class_folders(run_cli, tmp_path):
     root = tmp_path / "flat"
     for name, value in (("a.png", 0), ("b.png", 9), ("c.png", 18)):
@@ -109,6 +112,7 @@ def test_image_labels_from_a_csv_replace_the_class_folders(run_cli, tmp_path):
     assert read(tmp_path / "o.zarr" / "labels").tolist() == [1, 0, 1]
 
 
+@pytest.mark.slow
 def test_image_labels_from_a_regex_over_the_file_stems(run_cli, tmp_path):
     root = image_folder(tmp_path / "src")
     result = run_cli("ingest", root, tmp_path / "o.zarr", "--label-regex", r"^(s\d)_")
@@ -117,6 +121,7 @@ def test_image_labels_from_a_regex_over_the_file_stems(run_cli, tmp_path):
     assert read(tmp_path / "o.zarr" / "labels").tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4] * 2
 
 
+@pytest.mark.slow
 def test_groups_from_a_column_of_the_labels_csv(run_cli, tmp_path):
     root = audio_folder(tmp_path / "src")
     rows = [f"{p.name},{p.name[0]},{p.name[2:4]}" for p in sorted(root.iterdir())]
@@ -129,6 +134,7 @@ def test_groups_from_a_column_of_the_labels_csv(run_cli, tmp_path):
     assert json.loads(result.stdout)["groups"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modality", ["image", "audio"])
 def test_the_summary_names_the_one_group_held_out(run_cli, tmp_path, modality):
     make, flags = SOURCES[modality]
@@ -141,6 +147,7 @@ def test_the_summary_names_the_one_group_held_out(run_cli, tmp_path, modality):
     assert f", 1 group ({held_out[0]})" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["bad-regex", "regex-matches-nothing", "column-missing", "no-split", "one-group",
                                   "group-regex-on-an-array"])
 def test_a_bad_group_option_is_one_line_and_writes_nothing(run_cli, tmp_path, case):
@@ -171,6 +178,7 @@ def test_a_bad_group_option_is_one_line_and_writes_nothing(run_cli, tmp_path, ca
     assert nothing_written(tmp_path, "o.zarr")
 
 
+@pytest.mark.slow
 def test_info_shows_a_long_group_list_as_its_count_and_first_names(run_cli, tmp_path):
     root = tmp_path / "src"
     for i in range(24):

@@ -11,6 +11,8 @@ import pytest
 
 from jepa_cli.data import store
 
+pytestmark = pytest.mark.slow
+
 
 def _dataset(path, inputs, labels, modality="latent", layout="ND"):
     store.write_group(path, store.base_attributes("dataset", modality=modality, layout=layout, class_names=[]))

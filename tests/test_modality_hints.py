@@ -51,6 +51,7 @@ def _latent_set(path, provenance=None):
     return path
 
 
+@pytest.mark.slow
 def test_encode_latents_of_a_latent_set_points_to_the_dataset_it_was_encoded_from(tmp_path, run_cli):
     latents = _latent_set(tmp_path / "emb.zarr", {"run": "runs/audio", "source": "/data/sounds.zarr"})
     result = run_cli("encode-latents", tmp_path / "run", latents, "-o", tmp_path / "out.zarr")
@@ -60,6 +61,7 @@ def test_encode_latents_of_a_latent_set_points_to_the_dataset_it_was_encoded_fro
     assert not (tmp_path / "out.zarr").exists()
 
 
+@pytest.mark.slow
 def test_a_latent_set_without_provenance_names_every_modality(tmp_path, run_cli):
     latents = _latent_set(tmp_path / "emb.zarr")
     result = run_cli("encode-latents", tmp_path / "run", latents, "-o", tmp_path / "out.zarr")

@@ -12,6 +12,8 @@ import pytest
 from conftest import assert_user_error
 from jepa_cli.data import store
 
+pytestmark = pytest.mark.slow
+
 # What each modality's run trains on: the objective and the recipe `jepa train` uses here, and a
 # dataset the recipe takes (layout, inputs, extra attributes).
 RUNS = {"image": ("ijepa", "builtin:ijepa-digits-tiny"), "audio": ("audio-jepa", "builtin:audio-jepa-tones-tiny"),

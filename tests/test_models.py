@@ -149,6 +149,7 @@ def tiny():
     return enc, pred, enc_p, pred_p, images
 
 
+@pytest.mark.slow
 def test_patchify_equals_strided_conv(tiny):
     enc_t, _, enc_p, _, images = tiny
     enc = enc_t.tmpl.merge(enc_p)
@@ -156,6 +157,7 @@ def test_patchify_equals_strided_conv(tiny):
     np.testing.assert_allclose(enc.patchify(images), conv, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_encoder_padded_tokens_do_not_change_valid_outputs(tiny):
     enc, _, _, _, images = tiny
     keep = jnp.array([[3, 4, 9, 15], [0, 1, 2, 7]], jnp.int32)
@@ -172,6 +174,7 @@ def test_encoder_padded_tokens_do_not_change_valid_outputs(tiny):
     assert np.abs(enc(images, pad0)[:, :4] - plain).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_encoder_gather_after_pos_embed_and_context_axis(tiny):
     enc, _, _, _, images = tiny
     idx = jnp.array([[[5, 6, 7]], [[1, 2, 3]]], jnp.int32)  # [B, C=1, K]
@@ -185,6 +188,7 @@ def test_encoder_gather_after_pos_embed_and_context_axis(tiny):
     assert np.abs(a - b[:, ::-1]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_encoder_last_layers_concatenates_normed_block_outputs(tiny):
     enc, _, _, _, images = tiny
     full = enc(images)
@@ -196,6 +200,7 @@ def test_encoder_last_layers_concatenates_normed_block_outputs(tiny):
     np.testing.assert_allclose(np.var(two[..., :32], -1), 1, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_predictor_shape_and_padding_invariance(tiny):
     enc, pred, _, _, images = tiny
     ctx_idx = jnp.array([[[0, 1, 2, 3]], [[4, 5, 6, 7]]], jnp.int32)
@@ -218,6 +223,7 @@ def test_predictor_shape_and_padding_invariance(tiny):
     np.testing.assert_allclose(alone[:, 0], plain[:, 0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_params(tiny):
     _, _, enc_p, _, images = tiny
     bf = ModelConfig(**{**TINY.__dict__, "dtype": "bfloat16"})

@@ -20,6 +20,8 @@ from click.testing import CliRunner
 from adversarial import ROOT
 from conftest import COMPILE_FASTER
 
+pytestmark = pytest.mark.slow
+
 RECIPE = """
 objective = "ijepa"
 steps = 400

@@ -7,6 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,6 +38,7 @@ def test_every_named_test_file_and_test_exists():
                 assert f"def {name}(" in (ROOT / path).read_text(), target
 
 
+@pytest.mark.slow
 def test_a_stale_declaration_is_reported_with_its_count(tmp_path):
     mutants = _mutants()
     (tmp_path / "a.py").write_text("x = 1\nx = 1\n")

@@ -42,6 +42,7 @@ def _lines(path: Path):
         yield f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}", line
 
 
+@pytest.mark.slow
 def test_no_file_narrates_its_history_or_points_outside_the_repository():
     found = []
     for path in _tracked_text_files():
@@ -66,6 +67,7 @@ def test_the_benchmark_log_is_dated_entries_without_narration_or_machine_paths()
     assert found == []
 
 
+@pytest.mark.slow
 def test_user_pages_name_no_machine_paths():
     pages = [p for p in _tracked_text_files() if p.suffix == ".md"]
     found = [where for page in pages for where, line in _lines(page) if MACHINE_PATHS.search(line)]

@@ -12,8 +12,8 @@ import pytest
 from conftest import assert_user_error
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import make_objective
-from jepa_cli.objectives.audio_jepa import (AudioJEPAConfig, AudioJEPAObjective, cosine_momentum,
-                                            normalise_waveform, norm_mse)
+from jepa_cli.objectives.audio_jepa import AudioJEPAObjective, cosine_momentum, normalise_waveform, norm_mse
+from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
 from jepa_cli.training.config import load_toml
 
 # 8 kHz, 0.5 s clips, 16 frames x 16 mel, patch 4 -> a 4 x 4 grid
@@ -121,6 +121,7 @@ def tones(tmp_path_factory):
     return root, run, out
 
 
+@pytest.mark.slow
 def test_training_on_tones_logs_the_audio_jepa_schedules(tones):
     root, _, out = tones
     assert out["step"] == 4 and math.isfinite(out["loss"])
@@ -134,6 +135,7 @@ def test_training_on_tones_logs_the_audio_jepa_schedules(tones):
     assert (config["sample_rate"], config["seconds"]) == (8000, 0.5)  # from the dataset
 
 
+@pytest.mark.slow
 def test_encode_latents_gives_one_vector_per_time_patch_and_probes_take_them(tones, run_cli):
     root, run, _ = tones
     run("encode-latents", root / "run", root / "test.zarr", "-o", root / "tok.zarr", "--pool", "none", "-q")
@@ -155,6 +157,7 @@ def test_encode_pools_the_frequency_patches_of_each_time_step():
     np.testing.assert_allclose(np.asarray(z), np.asarray(full).reshape(2, 4, 4, 32).mean(axis=2), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_probe_raw_on_audio_uses_pooled_log_mel(tones, run_cli):
     root, _, _ = tones
     result = run_cli("probe", "knn", root / "train.zarr", root / "test.zarr", "--raw", "--json")
@@ -163,6 +166,7 @@ def test_probe_raw_on_audio_uses_pooled_log_mel(tones, run_cli):
     assert out["dim"] == 128 and out["top1"] > 0.5  # 10 classes: chance is 0.1
 
 
+@pytest.mark.slow
 def test_modalities_are_refused_across(tones, run_cli, tmp_path):
     root, _, _ = tones
     np.save(tmp_path / "d.npy", np.zeros((16, 16, 16), np.uint8))
@@ -186,6 +190,7 @@ def test_the_default_audio_jepa_encoder_traces_on_10_s_clips_at_32_khz():
     assert jax.eval_shape(obj.encode, shapes["encoder"], waves).shape == (2, 16, 768)  # 16 vectors per 10 s
 
 
+@pytest.mark.slow
 def test_encoding_audio_counts_its_progress_in_clips(tones, run_cli, monkeypatch):
     from jepa_cli.cli.common import ProgressHandle
 

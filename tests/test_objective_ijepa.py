@@ -50,6 +50,7 @@ def grad_fn(setup):
         argnums=(0, 1), has_aux=True))
 
 
+@pytest.mark.slow
 def test_is_an_objective_with_pure_dict_params(setup):
     obj, params, _ = setup
     assert isinstance(obj, Objective)
@@ -59,6 +60,7 @@ def test_is_an_objective_with_pure_dict_params(setup):
     assert obj.ema_spec.source == "encoder" and isinstance(obj.ema_spec, EMASpec)
 
 
+@pytest.mark.slow
 def test_loss_finite_gradient_reaches_encoder_and_predictor_not_ema(setup, grad_fn):
     obj, params, images = setup
     (value, aux), (g, g_ema) = grad_fn(params, params["encoder"])
@@ -72,6 +74,7 @@ def test_loss_finite_gradient_reaches_encoder_and_predictor_not_ema(setup, grad_
     assert float(aux["repr_std"]) > 0 and np.isfinite(float(aux["repr_cov_offdiag"]))
 
 
+@pytest.mark.slow
 def test_loss_equals_its_definition_on_hand_masks(setup, grad_fn):
     obj, params, images = setup
     ema = jax.tree.map(lambda x: x * 1.1, params["encoder"])  # the target comes from the EMA
@@ -133,12 +136,14 @@ def test_variance_hinge_and_covariance_penalty_hand_values():
     assert float(covariance_penalty(corr)) == pytest.approx(4.0)
 
 
+@pytest.mark.slow
 def test_official_loss_has_no_regulariser_terms(setup, grad_fn):
     _, params, _ = setup
     (_, aux), _ = grad_fn(params, params["encoder"])
     assert not {"var_loss", "cov_loss", "pred_loss"} & set(aux)
 
 
+@pytest.mark.slow
 def test_var_and_cov_weights_add_their_terms_to_the_prediction_loss(setup, grad_fn):
     obj, params, images = setup
     (official, _), _ = grad_fn(params, params["encoder"])
@@ -161,6 +166,7 @@ def test_negative_or_non_finite_regulariser_option_is_refused_with_its_name(name
         IJEPAConfig(**TINY, **{name: value})
 
 
+@pytest.mark.slow
 def test_collapsed_encoder_gives_zero_repr_std_and_target_std_and_rank_one(setup, grad_fn):
     obj, params, images = setup
     dead = {**params, "encoder": jax.tree.map(jnp.zeros_like, params["encoder"])}
@@ -180,6 +186,7 @@ def test_effective_rank_counts_the_dimensions_the_batch_spans():
     assert float(effective_rank(np.ones((16, 8)))) == 1.0  # constant: no variance at all
 
 
+@pytest.mark.slow
 def test_weight_decay_mask_excludes_biases_and_1d_includes_mask_token(setup):
     obj, params, _ = setup
     mask = obj.weight_decay_mask(params)
@@ -198,6 +205,7 @@ def test_weight_decay_mask_excludes_biases_and_1d_includes_mask_token(setup):
     assert obj.weight_decay_mask(abstract) == mask
 
 
+@pytest.mark.slow
 def test_encode_shapes(setup):
     obj, params, images = setup
     out = jax.jit(obj.encode, static_argnames="last_layers")(params["encoder"], images, last_layers=2)

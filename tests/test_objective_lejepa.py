@@ -162,6 +162,7 @@ def trained(tmp_path_factory):
     return root, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_a_training_run_writes_checkpoints_and_the_loss_terms(trained):
     root, summary = trained
     assert summary["objective"] == "lejepa" and summary["checkpoints"] == [3]
@@ -171,6 +172,7 @@ def test_a_training_run_writes_checkpoints_and_the_loss_terms(trained):
     assert last["loss"] == pytest.approx(0.95 * last["inv_loss"] + 0.05 * last["sigreg"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_encode_latents_on_a_lejepa_run_gives_one_embedding_per_example(trained):
     from jepa_cli.cli.main import cli
     from jepa_cli.data import store
@@ -183,6 +185,7 @@ def test_encode_latents_on_a_lejepa_run_gives_one_embedding_per_example(trained)
     assert store.open_array(out / "inputs").shape == (24, 32)  # [N, D], D the encoder's width
 
 
+@pytest.mark.slow
 def test_ema_inspect_says_in_one_line_that_the_run_has_no_ema(trained):
     from jepa_cli.cli.main import cli
 
@@ -192,6 +195,7 @@ def test_ema_inspect_says_in_one_line_that_the_run_has_no_ema(trained):
     assert "keeps no EMA" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--sigreg-weight", "1.5"], "sigreg_weight must be in [0, 1]"),
     (["--sigreg-weight", "-0.1"], "sigreg_weight must be in [0, 1]"),

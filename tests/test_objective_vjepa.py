@@ -46,6 +46,7 @@ def setup():
     return obj, params, clips
 
 
+@pytest.mark.slow
 def test_patchify_is_the_tubelet_convolution(setup):
     obj, params, _ = setup
     enc = obj.encoder(params["encoder"])
@@ -90,6 +91,7 @@ def computed(setup):
     return jax.tree.map(np.asarray, jax.jit(everything)(params))
 
 
+@pytest.mark.slow
 def test_one_zero_initialised_mask_token_per_mask_type(setup):
     obj, params, _ = setup
     assert params["predictor"]["mask_tokens"].shape == (2, 1, 16)
@@ -97,6 +99,7 @@ def test_one_zero_initialised_mask_token_per_mask_type(setup):
     assert obj.modalities == ("video",)
 
 
+@pytest.mark.slow
 def test_loss_is_l1_on_layer_normed_targets_averaged_over_mask_types(computed):
     value, aux, _, h, z, _ = computed
     per_token = np.abs(z - h).mean(-1)  # [B, 2 types, 4 slots]
@@ -116,12 +119,14 @@ def test_l1_pair_loss_hand_values():
     assert float(l1_pair_loss(pred, target, valid, 2.0)) == pytest.approx((0.5 + 2.0) / 2)
 
 
+@pytest.mark.slow
 def test_each_context_predicts_its_own_target_set(computed):
     _, _, _, _, before, after = computed
     np.testing.assert_array_equal(after[:, 0], before[:, 0])  # context 0 never saw the change
     assert float(np.abs(after[:, 1] - before[:, 1]).max()) > 1e-5  # context 1 did (small: fresh weights)
 
 
+@pytest.mark.slow
 def test_gradient_reaches_both_mask_tokens_encoder_and_predictor(computed):
     grads = computed[2]
     tokens = grads["predictor"]["mask_tokens"]
@@ -166,6 +171,7 @@ def test_a_clip_normalised_on_the_device_is_the_host_transforms_clip_to_one_roun
         np.testing.assert_array_max_ulp(np.asarray(normalised), expected, maxulp=1)
 
 
+@pytest.mark.slow
 def test_clips_of_other_frames_or_channels_are_refused(setup):
     obj, _, _ = setup
     with pytest.raises(InputError, match="the model takes 4 frames of 3 channel"):
@@ -222,6 +228,7 @@ def trained(tmp_path_factory):
     return root, data
 
 
+@pytest.mark.slow
 def test_tiny_recipe_trains_on_moving_digits(trained):
     root, _ = trained
     record = json.loads((root / "run" / "run.json").read_text())
@@ -232,6 +239,7 @@ def test_tiny_recipe_trains_on_moving_digits(trained):
     assert len(rows) == 1 and rows[0]["step"] == 1 and np.isfinite(rows[0]["loss"])
 
 
+@pytest.mark.slow
 def test_encode_latents_on_video_mean_and_token_grid_then_attentive_probe(trained, run_cli):
     from jepa_cli.data.store import read_array
 
@@ -249,6 +257,7 @@ def test_encode_latents_on_video_mean_and_token_grid_then_attentive_probe(traine
     assert (out["n_train"], out["dim"], out["num_classes"]) == (16, 32, 10)  # 64 tokens of 32, not flattened
 
 
+@pytest.mark.slow
 def test_an_image_dataset_is_refused_by_vjepa(run_cli, tmp_path):
     data = tmp_path / "digits.zarr"
     assert run_cli("ingest", "builtin:digits", data, "--limit", "8", "-q").exit_code == 0

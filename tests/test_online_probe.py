@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from conftest import assert_user_error
 from test_encode import RECIPE, image_dataset
 
+pytestmark = pytest.mark.slow
+
 TRAIN = ["train", "--pred-depth", "1", "--steps", "4", "--batch-size", "8", "--mesh", "data=1", "-q"]
 
 

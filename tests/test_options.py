@@ -46,11 +46,11 @@ def test_text_is_read_as_the_toml_key_would_hold_it(name, text, value):
 
 
 @pytest.mark.parametrize("name, text, message", [
-    ("steps", "many", "JEPA_TRAIN_X: expected an integer, got 'many'"),
-    ("scale", "0.1", "JEPA_TRAIN_X: expected LO,HI such as 0.15,0.2, got '0.1'"),
-    ("size", "-4", "JEPA_TRAIN_X: expected positive S or HxW such as 224 or 224x320, got '-4'"),
-    ("loss", "l3", "JEPA_TRAIN_X: expected one of l1, l2, got 'l3'"),
-    ("switch", "maybe", "JEPA_TRAIN_X: expected true or false, got 'maybe'"),
+    ("steps", "many", "JEPA_TRAIN_X must be an integer, got 'many'"),
+    ("scale", "0.1", "JEPA_TRAIN_X must be two numbers such as 0.15,0.2, got '0.1'"),
+    ("size", "-4", "JEPA_TRAIN_X must be positive S or HxW such as 224 or 224x320, got '-4'"),
+    ("loss", "l3", "JEPA_TRAIN_X must be one of l1, l2, got 'l3'"),
+    ("switch", "maybe", "JEPA_TRAIN_X must be true or false, got 'maybe'"),
 ])
 def test_bad_text_names_its_source(name, text, message):
     flag = next(f for f in options.flags(_Example) if f.name == name)
@@ -61,7 +61,7 @@ def test_bad_text_names_its_source(name, text, message):
 
 def test_every_objective_option_is_declared_with_its_help():
     from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
-    from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+    from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
     from jepa_cli.objectives.genconfig import GenerativeConfig
     from jepa_cli.objectives.ijepa_config import IJEPAConfig
     from jepa_cli.objectives.vjepa import VJEPAConfig
@@ -75,7 +75,7 @@ def test_every_objective_option_is_declared_with_its_help():
 
 def test_a_reused_option_keeps_its_help_with_the_new_default():
     from jepa_cli.models.config import ModelConfig
-    from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+    from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
 
     ours = {f.name: f for f in dataclasses.fields(AudioJEPAConfig)}
     model = {f.name: f for f in dataclasses.fields(ModelConfig)}

@@ -27,6 +27,7 @@ def separable(rng, n, num_classes=5, dim=24):
     return (centers[y] + rng.normal(size=(n, dim))).astype(np.float32), y.astype(np.int32)
 
 
+@pytest.mark.slow
 def test_linear_probe_separable_is_perfect_and_shuffled_is_chance(tmp_path, run_cli):
     rng = np.random.default_rng(0)
     x, y = separable(rng, 800)
@@ -95,6 +96,7 @@ def test_top5_is_reported_only_with_more_than_5_classes(probe, num_classes, has_
     assert isinstance(run()["top5"], float) == has_top5
 
 
+@pytest.mark.slow
 def test_probe_output_omits_the_top5_of_4_classes_and_json_gives_null(tmp_path, run_cli):
     rng = np.random.default_rng(5)
     x, y = separable(rng, 80, num_classes=4)
@@ -106,6 +108,7 @@ def test_probe_output_omits_the_top5_of_4_classes_and_json_gives_null(tmp_path, 
     assert human.exit_code == 0 and "top1" in human.stdout and "top5" not in human.stdout
 
 
+@pytest.mark.slow
 def test_knn_cli_raw_per_class(tmp_path, run_cli):
     rng = np.random.default_rng(2)
     imgs = rng.integers(0, 30, size=(60, 4, 4, 1)).astype(np.uint8)
@@ -123,6 +126,7 @@ def test_knn_cli_raw_per_class(tmp_path, run_cli):
     assert human.exit_code == 0 and "top1" in human.stdout and "per class" in human.stdout
 
 
+@pytest.mark.slow
 def test_attentive_probe_learns_a_token_task(tmp_path, run_cli):
     # the class is which prototype hides in one random token among noise tokens: mean pooling
     # dilutes it, attention to the right token recovers it
@@ -146,6 +150,7 @@ def test_attentive_probe_learns_a_token_task(tmp_path, run_cli):
     assert out["top1"] > 0.75  # chance is 0.25
 
 
+@pytest.mark.slow
 def test_bad_inputs_exit_2_with_one_line(tmp_path, run_cli):
     rng = np.random.default_rng(4)
     a = write_dataset(tmp_path / "a.zarr", rng.normal(size=(30, 8)).astype(np.float32), np.arange(30) % 3)
@@ -164,6 +169,7 @@ def provenance(**changes):
     return base | changes
 
 
+@pytest.mark.slow
 def test_sets_encoded_by_different_checkpoints_are_refused_naming_both(tmp_path, run_cli):
     x, y = separable(np.random.default_rng(5), 60)
     tr = write_dataset(tmp_path / "tr.zarr", x, y, provenance=provenance())
@@ -173,6 +179,7 @@ def test_sets_encoded_by_different_checkpoints_are_refused_naming_both(tmp_path,
                       f'encoder_sha256 "{"ab" * 32}" vs "{"cd" * 32}"', "step 500 vs 100", "--allow-mismatch")
 
 
+@pytest.mark.slow
 def test_sets_encoded_with_other_pool_or_layers_are_refused(tmp_path, run_cli):
     x, y = separable(np.random.default_rng(5), 60)
     tr = write_dataset(tmp_path / "tr.zarr", x, y, provenance=provenance())
@@ -181,6 +188,7 @@ def test_sets_encoded_with_other_pool_or_layers_are_refused(tmp_path, run_cli):
                       'model {"model": "tiny"} vs {"model": "small"}')
 
 
+@pytest.mark.slow
 def test_sets_whose_class_names_differ_are_refused(tmp_path, run_cli):
     x, y = separable(np.random.default_rng(5), 60, num_classes=2)
     tr = write_dataset(tmp_path / "tr.zarr", x, y, class_names=["cat", "dog"])
@@ -188,6 +196,7 @@ def test_sets_whose_class_names_differ_are_refused(tmp_path, run_cli):
     assert_user_error(run_cli("probe", "linear", tr, te), 'class_names ["cat", "dog"] vs ["dog", "cat"]')
 
 
+@pytest.mark.slow
 def test_allow_mismatch_probes_anyway_and_says_so(tmp_path, run_cli):
     x, y = separable(np.random.default_rng(5), 60)
     tr = write_dataset(tmp_path / "tr.zarr", x, y, provenance=provenance())
@@ -199,6 +208,7 @@ def test_allow_mismatch_probes_anyway_and_says_so(tmp_path, run_cli):
     assert out["encoding_mismatch"] == 'weights "target" vs "context"' and out["top1"] == 1.0
 
 
+@pytest.mark.slow
 def test_raw_sets_of_different_sample_shapes_are_refused(tmp_path, run_cli):
     labels = np.arange(30) % 3
     a = write_dataset(tmp_path / "a.zarr", np.zeros((30, 4, 8, 1), np.uint8), labels, modality="image")
@@ -206,6 +216,7 @@ def test_raw_sets_of_different_sample_shapes_are_refused(tmp_path, run_cli):
     assert_user_error(run_cli("probe", "linear", a, b, "--raw"), "sample shapes differ", "[4, 8, 1]", "[8, 4, 1]")
 
 
+@pytest.mark.slow
 def test_raw_probe_of_real_images_against_generated_ones_ignores_the_sampler_provenance(tmp_path, run_cli):
     rng = np.random.default_rng(6)
     labels = np.arange(30) % 3
@@ -219,6 +230,7 @@ def test_raw_probe_of_real_images_against_generated_ones_ignores_the_sampler_pro
     assert out["encoding_mismatch"] is None and out["n_test"] == 30
 
 
+@pytest.mark.slow
 def test_raw_sets_of_different_modalities_are_refused(tmp_path, run_cli):
     labels = np.arange(30) % 3
     a = write_dataset(tmp_path / "a.zarr", np.zeros((30, 16), np.uint8), labels, modality="image")
@@ -226,6 +238,7 @@ def test_raw_sets_of_different_modalities_are_refused(tmp_path, run_cli):
     assert_user_error(run_cli("probe", "linear", a, b, "--raw"), "modalities differ", "'image'", "'latent'")
 
 
+@pytest.mark.slow
 def test_a_redirected_stderr_gets_plain_progress_lines_for_each_probe(tmp_path, run_cli, monkeypatch):
     from jepa_cli.cli.common import ProgressHandle
 

@@ -53,11 +53,13 @@ def _sigreg_by_hand(features: np.ndarray, seed: int) -> float:
     return float(np.mean(err @ (weights * np.exp(-t ** 2 / 2)) * len(x)))
 
 
+@pytest.mark.slow
 def test_rows_of_the_logged_steps_carry_the_figure(logged):
     steps = [row["step"] for row in logged["rows"] if row.get("sigreg_quality") is not None]
     assert steps == [2, 4]
 
 
+@pytest.mark.slow
 def test_the_logged_figure_is_sigreg_of_the_checkpoints_features_on_the_first_examples(logged):
     from jepa_cli.api import load_run
     from jepa_cli.data import store
@@ -69,6 +71,7 @@ def test_the_logged_figure_is_sigreg_of_the_checkpoints_features_on_the_first_ex
         assert logged_value == pytest.approx(_sigreg_by_hand(features, seed=3), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_quality_run_gives_the_logged_figures_of_every_checkpoint(logged):
     from jepa_cli.evaluation.quality import quality_run
 
@@ -78,6 +81,7 @@ def test_quality_run_gives_the_logged_figures_of_every_checkpoint(logged):
     assert all(after[step] == pytest.approx(logged_values[step], rel=1e-5) for step in after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, modality", [("audio-jepa", "audio"), ("vjepa", "video")])
 def test_the_other_jepa_objectives_log_it_too(run_cli, tmp_path, name, modality):
     from test_anticollapse import CASES, _dataset, _recipe
@@ -91,6 +95,7 @@ def test_the_other_jepa_objectives_log_it_too(run_cli, tmp_path, name, modality)
     assert [row["step"] for row in rows] == [2] and rows[0]["sigreg_quality"] > 0
 
 
+@pytest.mark.slow
 def test_a_collapsed_encoder_scores_higher_than_a_random_one(tmp_path):
     import jax
 
@@ -118,6 +123,7 @@ def test_constant_features_score_as_collapsed_despite_float_rounding():
         float(quality_statistic(constant, directions)), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_quality_batch_zero_logs_no_figure(tmp_path, run_cli):
     data = image_dataset(tmp_path / "data.zarr", n=40)
     result = run_cli(*TRAIN, *one_block_recipe(tmp_path), "--data", data, "--out", tmp_path / "run",
@@ -127,6 +133,7 @@ def test_quality_batch_zero_logs_no_figure(tmp_path, run_cli):
     assert rows and not any("sigreg_quality" in row for row in rows)
 
 
+@pytest.mark.slow
 def test_the_key_comes_from_a_recipe_and_its_default_is_256(tmp_path):
     from jepa_cli.training.config import TrainConfig, resolve_config
 
@@ -136,10 +143,12 @@ def test_the_key_comes_from_a_recipe_and_its_default_is_256(tmp_path):
     assert TrainConfig().quality_batch == 256
 
 
+@pytest.mark.slow
 def test_run_json_records_the_key(logged):
     assert json.loads((logged["run"] / "run.json").read_text())["config"]["quality_batch"] == N_EXAMPLES
 
 
+@pytest.mark.slow
 def test_the_key_is_declared_once_and_refuses_a_negative_count(run_cli, tmp_path):
     from jepa_cli.training.config import TRAINER_KEYS
 
@@ -151,6 +160,7 @@ def test_the_key_is_declared_once_and_refuses_a_negative_count(run_cli, tmp_path
     assert bad.exit_code == 2 and "--quality-batch" in bad.stderr
 
 
+@pytest.mark.slow
 def test_jepa_runs_shows_the_last_logged_figure(logged, run_cli):
     result = run_cli("runs", logged["run"], "--json")
     assert result.exit_code == 0, result.stderr
@@ -160,6 +170,7 @@ def test_jepa_runs_shows_the_last_logged_figure(logged, run_cli):
     assert "sigreg_quality" in table.stdout.splitlines()[0]
 
 
+@pytest.mark.slow
 def test_jepa_plot_draws_it_by_default(logged, run_cli, tmp_path):
     result = run_cli("plot", logged["run"], "-o", tmp_path / "curves.png", "--json")
     assert result.exit_code == 0, result.stderr

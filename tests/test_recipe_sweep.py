@@ -7,6 +7,7 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
 import tomli_w
 
 from jepa_cli.training.config import load_toml, recipe_path
@@ -24,6 +25,7 @@ def test_variant_recipe_sets_top_level_and_section_keys_and_leaves_the_base_alon
     assert base == {"seed": 0, "steps": 1500, "ijepa": {"depth": 6, "crop_scale": [0.3, 1.0]}}
 
 
+@pytest.mark.slow
 def test_every_variant_of_the_documented_sweeps_is_a_valid_recipe(tmp_path):
     base = tomllib.loads(recipe_path("builtin:ijepa-small32").read_text())
     for round_file in sorted((ROOT / "scripts").glob("small32-sweep-round*.json")):

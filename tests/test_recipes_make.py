@@ -15,6 +15,8 @@ import pytest
 
 from conftest import COMPILE_FASTER
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 # The make runs see one CPU device, not the suite's 8 simulated ones: this file tests make's
 # orchestration, and `jepa` keeps a compilation cache only on one device (cli/main.py,

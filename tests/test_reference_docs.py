@@ -32,7 +32,7 @@ def test_every_key_of_every_builtin_recipe_is_on_the_recipe_keys_page():
 
     rows = _page_rows()
     recipes = sorted((ROOT / "jepa_cli" / "recipes").glob("*.toml"))
-    assert len(recipes) == 12
+    assert len(recipes) == 14
     for recipe in recipes:
         document = tomllib.loads(recipe.read_text())
         name = document["objective"]
@@ -52,7 +52,7 @@ def test_the_recipe_keys_page_names_only_options_that_jepa_train_takes():
     rows = _page_rows()
     named = {cell.strip("`") for section in rows.values() for option in section.values()
              for cell in option.split(", ") if option != "recipe"}
-    assert len(named) == 92  # the 36 trainer keys (38 names with -o and --out) and all 54 objective options
+    assert len(named) == 95  # the 36 trainer keys (38 names with -o and --out) and all 57 objective options
     assert {flag for flag in named if flag not in help_text} == set()
 
 

@@ -4,7 +4,11 @@ checkpoints")."""
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import assert_user_error
+
+pytestmark = pytest.mark.slow
 
 
 def fake_run(path: Path, lr: float, depth: int, metrics: list[dict], status: str = "finished") -> Path:

@@ -128,6 +128,7 @@ def test_elapsed_gaps_give_the_whole_sequence_with_the_hidden_inputs_zeroed_in_f
         assert np.abs(skipped - reference).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_elapse_changes_nothing_without_a_hole_and_changes_a_masked_context(s5_encoder):
     elapse = ModelConfig(**{**TINY, "depth": 1}, mixer="s5", scan_order="serpentine",
                          ssm_gaps="elapse").encoder(nnx.Rngs(0))
@@ -214,6 +215,7 @@ def s5_encoder():
     return ModelConfig(**{**TINY, "depth": 1}, mixer="s5", scan_order="serpentine").encoder(nnx.Rngs(0))
 
 
+@pytest.mark.slow
 def test_s5_context_equals_the_s5_encoder_on_the_shorter_sequence(s5_encoder):
     # a context of 4 valid tokens + 2 padded slots gives the outputs of those 4 tokens alone
     images = jax.random.normal(jax.random.key(1), (1, 16, 16, 3))
@@ -251,6 +253,7 @@ def test_ijepa_loss_and_gradients_are_finite_with_an_s5_attn_pattern():
     assert float(jnp.abs(grads["encoder"]["blocks"]["0"]["ssm"]["ssm"]["log_step"]).max()) > 0
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_mixer_pattern_is_refused_on_restore(tmp_path):
     from jepa_cli.training.checkpoint import Checkpoints
 
@@ -373,6 +376,7 @@ def test_weight_decay_leaves_out_s5s_b_eigenvalues_and_log_steps_and_decays_c():
     assert mask["blocks"]["1"]["attn"]["qkv"] == {"kernel": True, "bias": False}
 
 
+@pytest.mark.slow
 def test_import_checkpoint_takes_no_mixer_and_refuses_one_in_one_line(tmp_path):
     from click.testing import CliRunner
 

@@ -9,6 +9,8 @@ import pytest
 
 from jepa_cli.data import atomic
 
+pytestmark = pytest.mark.slow
+
 FLOW = {"width": 16, "depth": 1, "heads": 2, "patch_size": 4, "image_size": 8, "channels": 1, "num_classes": 2,
         "modality": "image"}
 
@@ -20,7 +22,7 @@ def run(tmp_path, monkeypatch):
     import jax
 
     from jepa_cli.objectives import make_objective
-    from jepa_cli.training import run as run_module
+    from jepa_cli.sampling import run as sampling_run
 
     objective = make_objective("flow", FLOW)
     params = objective.init(jax.random.key(0))
@@ -28,7 +30,7 @@ def run(tmp_path, monkeypatch):
     run.mkdir()
     config = {"objective": "flow", "objective_config": FLOW}
     (run / "run.json").write_text(json.dumps({"config": config, "lengths": {}}))
-    monkeypatch.setattr(run_module, "load_run", lambda run_dir, step=None, on_fallback=None:
+    monkeypatch.setattr(sampling_run, "load_run", lambda run_dir, step=None, on_fallback=None:
                         (config, objective, {"ema": params, "params": params}, 1))
     return run
 

@@ -81,6 +81,7 @@ def test_cosine_bounds_on_grid_levels_exclude_lo_and_include_hi():
     assert guided_steps(guidance_plan(obj, 4, "ddim", 2.0, (level[2], level[0]))) == [0, 1]
 
 
+@pytest.mark.slow
 def test_guidance_plan_guides_exactly_the_steps_in_the_interval(setup):
     obj, _ = setup
     # flow times 1, 0.75, 0.5, 0.25 (then 0): (0.4, 0.8] holds 0.75 and 0.5
@@ -97,12 +98,14 @@ def test_guidance_scale_1_is_exactly_the_conditional_prediction():
     np.testing.assert_allclose(guide(c, u, 3.0), u + 3.0 * (c - u), rtol=1e-6)  # Ho & Salimans 2022
 
 
+@pytest.mark.slow
 def test_interval_covering_every_level_is_guided_at_every_step(setup):
     _, run = setup
     # flow t lies in (0, 1] at every step; the reference guides every step without a plan or a scan
     np.testing.assert_allclose(run(3.0, 0.0, 1.0), run.reference(3.0, {0, 1, 2, 3}), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_empty_interval_and_scale_1_are_the_conditional_sampler(setup):
     _, run = setup
     conditional = run.reference(3.0, set())
@@ -111,18 +114,21 @@ def test_empty_interval_and_scale_1_are_the_conditional_sampler(setup):
     assert np.abs(run.reference(3.0, {0, 1, 2, 3}) - conditional).max() > 1e-3  # guidance changes the samples
 
 
+@pytest.mark.slow
 def test_partial_interval_guides_only_its_steps(setup):
     _, run = setup
     # flow times 1, 0.75, 0.5, 0.25: (0.4, 0.8] guides steps 1 and 2
     np.testing.assert_allclose(run(3.0, 0.4, 0.8), run.reference(3.0, {1, 2}), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_partial_interval_differs_from_both(setup):
     _, run = setup
     part = run(3.0, 0.4, 0.8)
     assert np.abs(part - run(3.0)).max() > 1e-4 and np.abs(part - run(1.0)).max() > 1e-4
 
 
+@pytest.mark.slow
 def test_ddim_with_eta_0_is_the_euler_step_on_the_linear_path(setup):
     obj, _ = setup
     rng = np.random.default_rng(0)
@@ -132,6 +138,7 @@ def test_ddim_with_eta_0_is_the_euler_step_on_the_linear_path(setup):
     np.testing.assert_allclose(ddim_step(obj, v, x, t, s), euler_step(obj, v, x, t, s), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_bad_intervals_are_refused(setup):
     obj, _ = setup
     with pytest.raises(InputError, match="LO <= HI"):
@@ -155,6 +162,7 @@ def test_a_sampling_batch_beyond_n_is_cut_to_n_rounded_up_to_the_devices():
     assert sampling_batch_size(100, 7, two_devices) == 8
 
 
+@pytest.mark.slow
 def test_absurdly_many_sampling_steps_are_refused_before_planning(setup):
     obj, _ = setup
     with pytest.raises(InputError, match=r"--steps must be in 1\.\.10000, got 1000000000"):

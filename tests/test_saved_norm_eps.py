@@ -32,6 +32,7 @@ def test_a_new_audio_run_records_norm_eps_1e_5():
     assert recorded["norm_eps"] == 1e-5
 
 
+@pytest.mark.slow
 def test_run_json_without_norm_eps_reads_as_1e_6_for_an_audio_run(tmp_path):
     from jepa_cli.training.runfiles import read_run
 
@@ -40,6 +41,7 @@ def test_run_json_without_norm_eps_reads_as_1e_6_for_an_audio_run(tmp_path):
     assert read_run(run)["config"]["objective_config"]["norm_eps"] == 1e-6
 
 
+@pytest.mark.slow
 def test_a_checkpoint_config_without_norm_eps_builds_the_model_with_1e_6(tmp_path):
     from jepa_cli.training.run import _model_of
 
@@ -52,6 +54,7 @@ def test_a_checkpoint_config_without_norm_eps_builds_the_model_with_1e_6(tmp_pat
     assert saved_without[0]["objective_config"]["norm_eps"] == 1e-6
 
 
+@pytest.mark.slow
 def test_resuming_a_run_saved_without_norm_eps_keeps_1e_6(tmp_path):
     from jepa_cli.training.config import resolve_config
 

@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jepa_cli.errors import InputError
 from jepa_cli.objectives import IJEPAConfig, IJEPAObjective, make_objective
-from jepa_cli.objectives.audio_jepa import AudioJEPAConfig
+from jepa_cli.objectives.audio_jepa_config import AudioJEPAConfig
 from jepa_cli.objectives.sigreg import (NUM_KNOTS, NUM_SLICES, T_MAX, epps_pulley_sliced, quadrature,
                                         random_directions, sigreg)
 from jepa_cli.objectives.telemetry import SIGREG_STREAM
@@ -34,6 +34,7 @@ def golden():
         return {k: f[k] for k in f.files}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_the_statistic_is_the_reference_s_on_the_same_directions(golden, name):
     got = epps_pulley_sliced(golden[f"{name}/embeddings"], golden[f"{name}/directions"],

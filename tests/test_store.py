@@ -32,11 +32,13 @@ def write_dataset(path: Path, rows: int = 3) -> Path:
 
 # --- --force replaces only an artifact of the same kind -------------------------------------------
 
+@pytest.mark.slow
 def test_force_replaces_an_artifact_of_the_same_kind(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
     assert atomic.check_output(out, True, "dataset") == out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("found", ["masks", "run"])
 def test_force_refuses_an_artifact_of_another_kind(tmp_path, found):
     out = make_artifact(tmp_path / "d.zarr", found)
@@ -44,6 +46,7 @@ def test_force_refuses_an_artifact_of_another_kind(tmp_path, found):
         atomic.check_output(out, True, "dataset")
 
 
+@pytest.mark.slow
 def test_force_refuses_a_users_folder(tmp_path):
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "a.jpg").write_bytes(b"x")
@@ -51,18 +54,21 @@ def test_force_refuses_a_users_folder(tmp_path):
         atomic.check_output(tmp_path / "photos", True, "dataset")
 
 
+@pytest.mark.slow
 def test_an_existing_artifact_needs_force(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
     with pytest.raises(InputError, match="d.zarr: already exists \\(use --force to overwrite\\)"):
         atomic.check_output(out, False, "dataset")
 
 
+@pytest.mark.slow
 def test_without_force_a_users_folder_is_refused_without_suggesting_force(tmp_path):
     (tmp_path / "photos").mkdir()
     with pytest.raises(InputError, match="photos: is not a jepa output.*remove it yourself or choose another output"):
         atomic.check_output(tmp_path / "photos", False, "dataset")
 
 
+@pytest.mark.slow
 def test_force_refuses_a_file_and_a_symbolic_link(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "link").symlink_to(make_artifact(tmp_path / "d.zarr"))
@@ -74,6 +80,7 @@ def test_force_refuses_a_file_and_a_symbolic_link(tmp_path):
 
 # --- outputs never overlap inputs -------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output, relation", [("src", "is the input"), ("src/in.zarr", "lies inside the input"),
                                               (".", "contains the input"), ("alias/in.zarr", "lies inside the input")])
 def test_output_overlapping_an_input_is_refused(tmp_path, monkeypatch, output, relation):
@@ -84,6 +91,7 @@ def test_output_overlapping_an_input_is_refused(tmp_path, monkeypatch, output, r
         atomic.check_output(output, True, "dataset", ["src"])
 
 
+@pytest.mark.slow
 def test_a_sibling_sharing_a_name_prefix_is_not_an_overlap(tmp_path):
     (tmp_path / "src").mkdir()
     assert atomic.check_output(tmp_path / "src.zarr", False, "dataset", [tmp_path / "src"]) == tmp_path / "src.zarr"
@@ -91,6 +99,7 @@ def test_a_sibling_sharing_a_name_prefix_is_not_an_overlap(tmp_path):
 
 # --- the final move never replaces what appeared meanwhile ------------------------------------------
 
+@pytest.mark.slow
 def test_rename_no_replace_refuses_an_existing_empty_directory(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -99,6 +108,7 @@ def test_rename_no_replace_refuses_an_existing_empty_directory(tmp_path):
     assert (tmp_path / "a").is_dir() and list((tmp_path / "b").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_rename_no_replace_without_renameat2_uses_the_directory_lock(tmp_path, monkeypatch):
     monkeypatch.setattr(atomic, "_renameat2", None)
     (tmp_path / "a").mkdir()
@@ -109,6 +119,7 @@ def test_rename_no_replace_without_renameat2_uses_the_directory_lock(tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "c"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("renameat2", ["native", "fallback"])
 def test_a_write_whose_target_appeared_meanwhile_fails_and_keeps_the_other(tmp_path, monkeypatch, renameat2):
     if renameat2 == "fallback":
@@ -122,6 +133,7 @@ def test_a_write_whose_target_appeared_meanwhile_fails_and_keeps_the_other(tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["d.zarr"]  # and our partial is gone
 
 
+@pytest.mark.slow
 def test_force_checks_the_kind_again_at_move_time(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
     with pytest.raises(InputError, match="d.zarr: is not a jepa output"):
@@ -132,6 +144,7 @@ def test_force_checks_the_kind_again_at_move_time(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["d.zarr"]
 
 
+@pytest.mark.slow
 def test_force_swaps_an_artifact_in_and_removes_the_old_one(tmp_path):
     out = make_artifact(tmp_path / "d.zarr")
     with atomic.atomic_directory(out, True, "dataset") as tmp:
@@ -142,6 +155,7 @@ def test_force_swaps_an_artifact_in_and_removes_the_old_one(tmp_path):
 
 # --- stale partials ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_stale_partial_is_removed_by_the_next_write_and_reported(tmp_path):
     stale = tmp_path / ".d.zarr.partial-0123abcd"
     stale.mkdir()
@@ -153,6 +167,7 @@ def test_a_stale_partial_is_removed_by_the_next_write_and_reported(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
 
 
+@pytest.mark.slow
 def test_a_live_writers_partial_is_kept(tmp_path):
     live = tmp_path / ".d.zarr.partial-0123abcd"
     live.mkdir()
@@ -165,6 +180,7 @@ def test_a_live_writers_partial_is_kept(tmp_path):
     assert live.is_dir()
 
 
+@pytest.mark.slow
 def test_a_writer_locks_its_own_partial(tmp_path):
     with atomic.atomic_directory(tmp_path / "d.zarr", False, "dataset") as tmp:
         assert atomic.remove_stale_partials(tmp_path / "d.zarr") == []
@@ -172,6 +188,7 @@ def test_a_writer_locks_its_own_partial(tmp_path):
         store.write_group(tmp, store.base_attributes("dataset"))
 
 
+@pytest.mark.slow
 def test_only_this_outputs_partials_are_touched(tmp_path):
     keep = [tmp_path / ".d.zarr.partial", tmp_path / ".e.zarr.partial-0123abcd", tmp_path / ".d.zarr.partial-notahex"]
     for path in keep:
@@ -180,6 +197,7 @@ def test_only_this_outputs_partials_are_touched(tmp_path):
     assert all(path.is_dir() for path in keep)
 
 
+@pytest.mark.slow
 def test_a_swapped_out_old_output_is_removed_once_the_output_exists(tmp_path):
     old = make_artifact(tmp_path / ".d.zarr.old-0123abcd")
     assert atomic.remove_stale_partials(tmp_path / "d.zarr") == []  # no d.zarr: it may be the only copy
@@ -189,6 +207,7 @@ def test_a_swapped_out_old_output_is_removed_once_the_output_exists(tmp_path):
     assert not old.exists()
 
 
+@pytest.mark.slow
 def test_a_swapped_out_folder_that_is_not_a_jepa_output_is_kept(tmp_path):
     old = tmp_path / ".d.zarr.old-0123abcd"
     old.mkdir()
@@ -238,6 +257,7 @@ def test_a_signal_while_a_write_starts_is_raised_only_once_its_future_is_in_hand
     assert write.waits == 1 and write.finished
 
 
+@pytest.mark.slow
 def test_a_truncated_chunk_names_the_array_and_the_chunk(tmp_path):
     write_dataset(tmp_path / "d.zarr")
     chunk = tmp_path / "d.zarr" / "inputs" / "c" / "0" / "0" / "0" / "0"
@@ -246,12 +266,14 @@ def test_a_truncated_chunk_names_the_array_and_the_chunk(tmp_path):
         store.read_array(tmp_path / "d.zarr" / "inputs")
 
 
+@pytest.mark.slow
 def test_read_returns_the_requested_rows(tmp_path):
     write_dataset(tmp_path / "d.zarr")
     rows = store.read(store.open_array(tmp_path / "d.zarr" / "inputs"), slice(1, 3))
     assert rows.reshape(2, 4).tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, problem", [("{garbage", "corrupt zarr metadata"), ("[]", "not the metadata"),
                                            (json.dumps({"node_type": "array"}), "not the metadata")])
 def test_damaged_group_metadata_is_named_with_the_fix(tmp_path, text, problem):
@@ -261,6 +283,7 @@ def test_damaged_group_metadata_is_named_with_the_fix(tmp_path, text, problem):
         store.read_attributes(tmp_path / "d.zarr")
 
 
+@pytest.mark.slow
 def test_damaged_array_metadata_is_named(tmp_path):
     write_dataset(tmp_path / "d.zarr")
     (tmp_path / "d.zarr" / "inputs" / "zarr.json").write_text("{garbage")
@@ -270,6 +293,7 @@ def test_damaged_array_metadata_is_named(tmp_path):
 
 # --- names and resources --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_attributes_hold_non_utf8_names_as_escaped_utf8(tmp_path):
     name = os.fsdecode(b"caf\xe9")
     store.write_group(tmp_path / "g", {"class_names": [name], name: "x"})
@@ -279,11 +303,13 @@ def test_attributes_hold_non_utf8_names_as_escaped_utf8(tmp_path):
     assert store.read_attributes(tmp_path / "g") == {"class_names": ["caf\\xe9"], "caf\\xe9": "x"}
 
 
+@pytest.mark.slow
 def test_an_output_path_that_is_not_utf8_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"caf\\xe9.zarr: the path is not valid UTF-8"):
         atomic.check_output(tmp_path / os.fsdecode(b"caf\xe9.zarr"), False, "dataset")
 
 
+@pytest.mark.slow
 def test_check_room_refuses_more_disk_than_is_free(tmp_path, monkeypatch):
     monkeypatch.setattr(resources.shutil, "disk_usage", lambda path: SimpleNamespace(total=8 << 20, used=7 << 20,
                                                                                  free=1 << 20))
@@ -297,6 +323,7 @@ def test_format_bytes():
 
 # --- replacing a kept file ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_file_replaced_on_a_full_disk_keeps_its_old_bytes_and_leaves_no_sibling(tmp_path):
     from conftest import file_size_limit
 

@@ -49,6 +49,7 @@ def trained(tmp_path_factory):
     return {"root": root, "digits": digits, "recipe": recipe, "run": run, "result": json.loads(r.stdout)}
 
 
+@pytest.mark.slow
 def test_ijepa_loss_falls_on_digits(trained):
     result = trained["result"]
     assert result["run"] == str(trained["run"]) and result["step"] == 40
@@ -61,6 +62,7 @@ def test_ijepa_loss_falls_on_digits(trained):
     assert lines[-1]["repr_std"] > 0
 
 
+@pytest.mark.slow
 def test_info_and_ema_inspect(trained):
     r = _cli("info", trained["run"], "--json")
     assert r.exit_code == 0, r.stderr
@@ -97,6 +99,7 @@ def _snapshot(path):
     return sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_bad_input_one_line_exit2_run_untouched(trained, tmp_path):
     digits, run, recipe = trained["digits"], trained["run"], trained["recipe"]
     before = _snapshot(run)
@@ -126,6 +129,7 @@ def test_bad_input_one_line_exit2_run_untouched(trained, tmp_path):
         assert _snapshot(run) == before, args
 
 
+@pytest.mark.slow
 def test_print_config_is_the_recorded_configuration(trained, tmp_path):
     args = ["train", "--config", trained["recipe"], "--data", trained["digits"], "--out", trained["run"], "--steps",
             "40", "--mesh", "data=2", "--save-every", "20", *TINY, "--print-config"]
@@ -144,6 +148,7 @@ def test_print_config_is_the_recorded_configuration(trained, tmp_path):
     assert again.exit_code == 0 and again.stdout == r.stdout
 
 
+@pytest.mark.slow
 def test_a_redirected_stderr_gets_one_plain_line_every_log_every_updates(resumed):
     import re
 
@@ -156,6 +161,7 @@ def test_a_redirected_stderr_gets_one_plain_line_every_log_every_updates(resumed
     assert "\x1b" not in resumed["stderr"] and ".py:" not in resumed["stderr"]  # no colour codes, no rich source tags
 
 
+@pytest.mark.slow
 def test_plot_draws_the_runs_curves_once_and_refuses_what_it_cannot(trained, tmp_path):
     png = tmp_path / "curves.png"
     r = _cli("plot", trained["run"], trained["run"], "-o", png, "--json")
@@ -192,6 +198,7 @@ def _tensorboard_scalars(directory) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_the_rows_of_metrics_jsonl(resumed):
     rows = resumed["rows"]
     scalars = _tensorboard_scalars(resumed["board"])
@@ -218,6 +225,7 @@ class _WandbDouble:
         self.calls.append(("finish",))
 
 
+@pytest.mark.slow
 def test_pixels_normalised_on_the_device_train_as_the_input_pipeline_does(trained, tmp_path):
     import shutil
 
@@ -253,6 +261,7 @@ def test_pixels_normalised_on_the_device_and_on_the_host_are_x_over_255_less_the
     np.testing.assert_allclose(on_host, expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_device_normalise_is_refused_in_one_line_where_the_inputs_are_not_pixels(trained, tmp_path):
     r = _cli("train", "--objective", "flow", "--data", trained["digits"], "--out", tmp_path / "flow", "--steps", "1",
              "--device-normalise")
@@ -287,6 +296,7 @@ def resumed(trained, tmp_path_factory):
     return {"run": run, "board": board, "wandb": wandb.calls, "stderr": r.stderr, "rows": rows}
 
 
+@pytest.mark.slow
 def test_wandb_gets_the_rows_of_metrics_jsonl_at_their_steps(resumed):
     (_, init), *logged, finished = resumed["wandb"]
     assert (init["project"], init["name"], init["dir"]) == ("jepa-test", "run", str(resumed["run"]))
@@ -296,6 +306,7 @@ def test_wandb_gets_the_rows_of_metrics_jsonl_at_their_steps(resumed):
         assert data["loss"] == pytest.approx(row["loss"], rel=1e-6) and "step" not in data
 
 
+@pytest.mark.slow
 def test_wandb_without_its_package_is_refused_before_anything_is_written(trained, tmp_path, monkeypatch):
     import sys
 
@@ -307,6 +318,7 @@ def test_wandb_without_its_package_is_refused_before_anything_is_written(trained
     assert not run.exists()
 
 
+@pytest.mark.slow
 def test_plot_and_info_skip_metrics_lines_that_are_not_rows(trained, tmp_path):
     import shutil
 

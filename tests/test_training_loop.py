@@ -65,6 +65,7 @@ def test_fsdp8_shards_every_divisible_leaf():
     assert all(s.data.size == state.ema["kernel"].size // 8 for s in state.ema["kernel"].addressable_shards)
 
 
+@pytest.mark.slow
 def test_data4_fsdp2_trains_and_resumes_exactly(dataset, tmp_path):
     full = train(_cfg(dataset, tmp_path / "full", save_every=4))
     assert full["step"] == 8 and full["checkpoints"] == [4, 8]
@@ -91,6 +92,7 @@ def test_data4_fsdp2_trains_and_resumes_exactly(dataset, tmp_path):
     assert [m["step"] for m in read_metrics(tmp_path / "part")] == list(range(1, 9))
 
 
+@pytest.mark.slow
 def test_restore_on_another_mesh(dataset, tmp_path):
     """fsdp=8 -> data=8 -> one device: the same values, and training continues."""
     from toy_objective import make
@@ -124,6 +126,7 @@ def test_restore_on_another_mesh(dataset, tmp_path):
     del make
 
 
+@pytest.mark.slow
 def test_grad_accum_matches_large_batch_and_schedules_per_update(dataset, tmp_path):
     common = dict(steps=3, batch_size=16, mesh="data=2,fsdp=2", objective_config={"noise": 0.0})
     one = train(_cfg(dataset, tmp_path / "one", **common))
@@ -139,6 +142,7 @@ def test_grad_accum_matches_large_batch_and_schedules_per_update(dataset, tmp_pa
     assert acc["step"] == 3 and one["loss"] == pytest.approx(acc["loss"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_divergence_keeps_last_good_checkpoint(dataset, tmp_path):
     run = tmp_path / "run"
     with pytest.raises(JepaError, match="diverged at step 6") as exc:
@@ -161,6 +165,7 @@ def test_a_dimensional_collapse_is_a_fall_of_the_effective_rank_below_0_7_of_its
     assert "target_std 0 <" in collapse_sign({**healthy, "target_std": 0.0}, TrainConfig(batch_size=8))
 
 
+@pytest.mark.slow
 def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):
     logs = []
     out = train(_cfg(dataset, tmp_path / "c", steps=2, objective_config={"collapse": True}),
@@ -176,6 +181,7 @@ def test_collapse_flagged_and_steps0_writes_init(dataset, tmp_path):
 
 # ---- rates, reusable runs, the run lock, damaged checkpoints, signals, bad data ------------------
 
+@pytest.mark.slow
 def test_every_metrics_row_reports_a_positive_rate(dataset, tmp_path):
     out = train(_cfg(dataset, tmp_path / "run", steps=3, log_every=1))
     rates = [m["examples_per_sec"] for m in read_metrics(tmp_path / "run")]
@@ -183,6 +189,7 @@ def test_every_metrics_row_reports_a_positive_rate(dataset, tmp_path):
     assert out["last_metrics"]["examples_per_sec"] == rates[-1]
 
 
+@pytest.mark.slow
 def test_run_without_a_checkpoint_is_trained_again_without_force(dataset, tmp_path):
     """What a crash before the first save leaves (run.json 'running', rows, no checkpoint) is reused."""
     import json
@@ -197,6 +204,7 @@ def test_run_without_a_checkpoint_is_trained_again_without_force(dataset, tmp_pa
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.slow
 def test_truncate_metrics_keeps_rows_up_to_the_step_atomically(tmp_path):
     from jepa_cli.training.rundir import truncate_metrics
 
@@ -207,14 +215,15 @@ def test_truncate_metrics_keeps_rows_up_to_the_step_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no temporary left
 
 
+@pytest.mark.slow
 def test_lock_of_a_killed_trainer_does_not_block_the_next(dataset, tmp_path):
     import subprocess
     import sys
 
     run = tmp_path / "run"
     train(_cfg(dataset, run, steps=2))
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from jepa_cli.training.runfiles import RunLock; "
-                               f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from jepa_cli.training.runfiles import run_lock; "
+                               f"run_lock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert holder.stdout.readline() == b"locked\n"
     assert (run / ".lock").read_text() == f"{holder.pid}\n"
@@ -225,17 +234,19 @@ def test_lock_of_a_killed_trainer_does_not_block_the_next(dataset, tmp_path):
     assert out["step"] == 3 and not (run / ".lock").exists()
 
 
+@pytest.mark.slow
 def test_run_lock_refuses_a_second_holder_naming_the_first(tmp_path):
-    from jepa_cli.training.runfiles import RunLock
+    from jepa_cli.training.runfiles import run_lock
 
-    with RunLock(tmp_path):
+    with run_lock(tmp_path).held():
         with pytest.raises(InputError, match=f"pid {os.getpid()}"):
-            RunLock(tmp_path).acquire()
-    with RunLock(tmp_path):  # released: free again
+            run_lock(tmp_path).acquire()
+    with run_lock(tmp_path).held():  # released: free again
         pass
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
 def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, tmp_path):
     run = tmp_path / "run"
@@ -250,6 +261,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_sets_it_aside(dataset, 
     assert load_run(run, 4)[3] == 4  # step 4 was trained and saved again
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
 def test_load_run_reports_the_damaged_checkpoint_it_skips(dataset, tmp_path):
     run = tmp_path / "run"
@@ -262,6 +274,7 @@ def test_load_run_reports_the_damaged_checkpoint_it_skips(dataset, tmp_path):
         load_run(run, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's abandoned reads
 def test_resume_with_every_checkpoint_damaged_is_refused_naming_the_step(dataset, tmp_path):
     from adversarial import snapshot
@@ -275,6 +288,7 @@ def test_resume_with_every_checkpoint_damaged_is_refused_naming_the_step(dataset
     assert snapshot([run]) == before
 
 
+@pytest.mark.slow
 def test_second_sigterm_stops_at_once_without_saving(dataset, tmp_path):
     from jepa_cli.errors import Terminated
 
@@ -317,6 +331,7 @@ def _damaged_chunk(path):
             chunk.write_bytes(chunk.read_bytes()[:7])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, message", [
     (_latent_set, "modality is 'latent'"),
     (_corrupt_metadata, "damaged array metadata"),
@@ -333,6 +348,7 @@ def test_unusable_data_is_refused_before_anything_is_written(tmp_path, make, mes
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_saving_a_replicated_state_compiles_no_slicing_program(tmp_path, caplog):
     # orbax splits a replicated array across its replicas with eager slices, one compile per shape:
     # about 1.8 s on a 2-block model over 4 devices (training/checkpoint.py)
@@ -358,6 +374,7 @@ def test_saving_a_replicated_state_compiles_no_slicing_program(tmp_path, caplog)
     assert [float(restored[f"w{i}"].sum()) for i in range(3)] == [0.0, 9 * 16.0, 2 * 10 * 16.0]
 
 
+@pytest.mark.slow
 def test_a_reader_arriving_while_another_opens_the_source_gets_its_label(tmp_path, monkeypatch):
     # grain's reader threads ask for the first elements together; a CI run once saw one of them find
     # the inputs open and the labels not yet read ("'NoneType' object is not subscriptable")
@@ -388,6 +405,7 @@ def test_a_reader_arriving_while_another_opens_the_source_gets_its_label(tmp_pat
         assert (int(first.result()["label"]), int(second["label"])) == (0, 1)
 
 
+@pytest.mark.slow
 def test_a_pickled_source_opens_its_arrays_again(dataset):
     import pickle
 
@@ -417,6 +435,7 @@ def test_the_abstract_state_has_the_initial_states_shapes_with_or_without_abstra
     assert len(jax.tree.leaves(state)) == 125  # params, encoder EMA, Adam moments, counts, step, rng
 
 
+@pytest.mark.slow
 def test_a_process_other_than_0_takes_process_0s_decision_on_run_and_never_looks_itself(tmp_path):
     """In a multi-process launch process 0 may already have written RUN/run.json when another process
     gets going; that process must not refuse RUN as "written meanwhile" (it then left process 0 waiting

@@ -21,6 +21,7 @@ def centroid(frame: np.ndarray) -> np.ndarray:
 
 
 # -- builtin:moving-digits ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_moving_digits_are_16_frames_of_32x32_labelled_by_digit(run_cli, tmp_path):
     from sklearn.datasets import load_digits
 
@@ -39,12 +40,14 @@ def test_moving_digits_are_16_frames_of_32x32_labelled_by_digit(run_cli, tmp_pat
     assert not np.array_equal(clips[0, 0], clips[0, 1])
 
 
+@pytest.mark.slow
 def test_moving_digits_are_the_same_on_every_ingest(run_cli, tmp_path):
     for name in ("a.zarr", "b.zarr"):
         assert run_cli("ingest", "builtin:moving-digits", tmp_path / name, "--limit", "3", "-q").exit_code == 0
     assert np.array_equal(read(tmp_path / "a.zarr" / "inputs"), read(tmp_path / "b.zarr" / "inputs"))
 
 
+@pytest.mark.slow
 def test_moving_digits_direction_label_is_the_first_step_of_the_motion(run_cli, tmp_path):
     out = tmp_path / "dir.zarr"
     assert run_cli("ingest", "builtin:moving-digits?label=direction", out, "--limit", "40", "-q").exit_code == 0
@@ -56,6 +59,7 @@ def test_moving_digits_direction_label_is_the_first_step_of_the_motion(run_cli, 
         assert (int(dy > 0), int(dx > 0)) == (label // 2, label % 2)
 
 
+@pytest.mark.slow
 def test_moving_digits_options_two_digits_and_64x64(run_cli, tmp_path):
     out = tmp_path / "two.zarr"
     result = run_cli("ingest", "builtin:moving-digits?digits=2&size=64", out, "--limit", "2", "--json")
@@ -66,6 +70,7 @@ def test_moving_digits_options_two_digits_and_64x64(run_cli, tmp_path):
     assert read(out / "inputs")[0, 0].sum() > read(one / "inputs")[0, 0].sum()  # a second glyph's ink
 
 
+@pytest.mark.slow
 def test_moving_digits_unknown_option_is_one_line(run_cli, tmp_path):
     assert_user_error(run_cli("ingest", "builtin:moving-digits?speed=3", tmp_path / "x.zarr"), "speed")
     assert_user_error(run_cli("ingest", "builtin:moving-digits?label=colour", tmp_path / "x.zarr"),
@@ -85,6 +90,7 @@ def numbered_clips(n: int, t: int) -> np.ndarray:
     return np.broadcast_to(values[:, :, None, None, None], (n, t, 4, 4, 1)).astype(np.uint8).copy()
 
 
+@pytest.mark.slow
 def test_npy_clips_keep_their_frames_by_default(run_cli, tmp_path):
     np.save(tmp_path / "c.npy", numbered_clips(3, 5))
     out = tmp_path / "c.zarr"
@@ -95,6 +101,7 @@ def test_npy_clips_keep_their_frames_by_default(run_cli, tmp_path):
     assert (attributes(out)["frames"], attributes(out)["frame_stride"]) == (5, 1)
 
 
+@pytest.mark.slow
 def test_frames_stride_and_evenly_spaced_clips_per_video(run_cli, tmp_path):
     np.savez(tmp_path / "c.npz", inputs=numbered_clips(2, 12), labels=np.array([1, 0]))
     out = tmp_path / "c.zarr"
@@ -109,6 +116,7 @@ def test_frames_stride_and_evenly_spaced_clips_per_video(run_cli, tmp_path):
     assert attributes(out)["clips_per_video"] == 3
 
 
+@pytest.mark.slow
 def test_short_clip_is_padded_with_its_last_frame_or_skipped_with_skip_bad(run_cli, tmp_path):
     np.save(tmp_path / "c.npy", numbered_clips(2, 4))
     out = tmp_path / "pad.zarr"
@@ -124,6 +132,7 @@ def test_short_clip_is_padded_with_its_last_frame_or_skipped_with_skip_bad(run_c
     assert nothing_written(tmp_path, "skip.zarr")
 
 
+@pytest.mark.slow
 def test_zero_frames_and_frames_zero_are_one_line(run_cli, tmp_path):
     np.save(tmp_path / "empty.npy", np.zeros((2, 0, 4, 4, 1), np.uint8))
     assert_user_error(run_cli("ingest", tmp_path / "empty.npy", tmp_path / "e.zarr"), "empty.npy", "zero frames")
@@ -132,6 +141,7 @@ def test_zero_frames_and_frames_zero_are_one_line(run_cli, tmp_path):
     assert nothing_written(tmp_path, "e.zarr")
 
 
+@pytest.mark.slow
 def test_clip_options_on_an_image_source_are_refused(run_cli, tmp_path):
     np.save(tmp_path / "img.npy", np.zeros((2, 4, 4), np.uint8))
     assert_user_error(run_cli("ingest", tmp_path / "img.npy", tmp_path / "i.zarr", "--frames", "4"),
@@ -146,6 +156,7 @@ def write_frames(folder: Path, values, size=(6, 8)) -> None:
         Image.fromarray(np.full(size, v, np.uint8)).save(folder / f"frame{j}.png")
 
 
+@pytest.mark.slow
 def test_frame_folders_under_class_folders_in_natural_order(run_cli, tmp_path):
     root = tmp_path / "clips"
     write_frames(root / "jump" / "a", range(0, 120, 10))  # frame2 before frame10
@@ -160,6 +171,7 @@ def test_frame_folders_under_class_folders_in_natural_order(run_cli, tmp_path):
     assert attributes(out)["class_names"] == ["jump", "walk"]
 
 
+@pytest.mark.slow
 def test_frame_folders_default_to_16_frames_every_4(run_cli, tmp_path):
     root = tmp_path / "clips"
     write_frames(root / "c" / "x", range(61))
@@ -170,6 +182,7 @@ def test_frame_folders_default_to_16_frames_every_4(run_cli, tmp_path):
     assert (attributes(out)["frames"], attributes(out)["frame_stride"], attributes(out)["padded"]) == (16, 4, [])
 
 
+@pytest.mark.slow
 def test_mismatched_frame_sizes_in_one_clip_folder_are_one_line(run_cli, tmp_path):
     root = tmp_path / "clips"
     write_frames(root / "c" / "bad", range(3))
@@ -180,7 +193,7 @@ def test_mismatched_frame_sizes_in_one_clip_folder_are_one_line(run_cli, tmp_pat
 
 
 def test_a_clip_whose_frames_differ_in_size_names_both_sizes_as_hxw():
-    from jepa_cli.data.sources import BadSample
+    from jepa_cli.data.samples import BadSample
     from jepa_cli.data.video import ClipCodec
 
     with pytest.raises(BadSample, match="x: frame 1 is 4x10 but frame 0 is 6x8"):
@@ -211,6 +224,7 @@ def video_folder(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_video_files_are_decoded_clipped_and_labelled(run_cli, video_folder, tmp_path):
     out = tmp_path / "v.zarr"
     result = run_cli("ingest", video_folder, out, "--frames", "4", "--frame-stride", "5", "--clips-per-video", "2",
@@ -229,18 +243,21 @@ def test_video_files_are_decoded_clipped_and_labelled(run_cli, video_folder, tmp
                                 f"{video_folder / 'dogs' / 'broken.mp4'}#clip1"]
 
 
+@pytest.mark.slow
 def test_undecodable_video_is_one_line_naming_it(run_cli, video_folder, tmp_path):
     result = run_cli("ingest", video_folder, tmp_path / "v.zarr", "--frames", "4")
     assert_user_error(result, str(video_folder / "dogs" / "broken.mp4"), "cannot decode video")
     assert nothing_written(tmp_path, "v.zarr")
 
 
+@pytest.mark.slow
 def test_missing_pyav_names_the_extra(run_cli, video_folder, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
     result = run_cli("ingest", video_folder / "cats" / "v.mp4", tmp_path / "v.zarr")
     assert_user_error(result, "jepa-cli[video]")
 
 
+@pytest.mark.slow
 def test_info_describes_a_video_dataset(run_cli, tmp_path):
     out = tmp_path / "md.zarr"
     assert run_cli("ingest", "builtin:moving-digits", out, "--limit", "2", "-q").exit_code == 0
@@ -248,6 +265,7 @@ def test_info_describes_a_video_dataset(run_cli, tmp_path):
     assert (info["modality"], info["layout"], info["inputs"]["shape"]) == ("video", "NTHWC", [2, 16, 32, 32, 1])
 
 
+@pytest.mark.slow
 def test_split_keeps_the_clips_of_one_video_on_one_side(run_cli, tmp_path):
     np.save(tmp_path / "c.npy", numbered_clips(10, 8))
     sides = {}
@@ -262,6 +280,7 @@ def test_split_keeps_the_clips_of_one_video_on_one_side(run_cli, tmp_path):
     assert np.all(np.bincount(sides["test"])[sides["test"]] == 2)
 
 
+@pytest.mark.slow
 def test_info_png_draws_one_row_of_frames_per_clip(run_cli, tmp_path):
     data, png = tmp_path / "md.zarr", tmp_path / "clips.png"
     assert run_cli("ingest", "builtin:moving-digits", data, "--limit", "3", "-q").exit_code == 0
@@ -275,6 +294,7 @@ def test_info_png_draws_one_row_of_frames_per_clip(run_cli, tmp_path):
     assert_user_error(run_cli("info", data, "--png", png), "already exists")
 
 
+@pytest.mark.slow
 def test_an_empty_clip_folder_is_one_line_naming_it(run_cli, tmp_path):
     root = tmp_path / "clips"
     write_frames(root / "c" / "good", range(4))

@@ -82,13 +82,12 @@ def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]]
     surrogates) is printed with `\\xNN` escapes for its bad bytes, so stdout is always valid UTF-8.
     The JSON is strict (RFC 8259, what jq reads): a NaN or infinite number (a diverged loss, the
     accuracy of an empty class) is written as null."""
-    from jepa_cli.data.describe import json_finite
+    from jepa_cli.data.jsonvalues import json_value
     from jepa_cli.data.store import utf8_text
 
     result = utf8_text(result)
     if as_json:
-        text = json.dumps(json_finite(result), default=lambda value: json_finite(_json_default(value)),
-                          allow_nan=False)
+        text = json.dumps(json_value(result), allow_nan=False)
         sys.stdout.write(text + "\n")
         return
     if callable(human):
@@ -97,13 +96,6 @@ def emit(result: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]]
         click.echo(human)
     else:
         print_mapping(result)
-
-
-def _json_default(value: Any) -> Any:
-    """A NumPy array or scalar as Python lists and numbers; anything else json cannot write as its str."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
 
 
 def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
@@ -119,7 +111,9 @@ def print_mapping(mapping: dict[str, Any], title: str | None = None) -> None:
         elif isinstance(value, (list, tuple)) and len(value) > 12:
             value = f"[{', '.join(map(str, value[:12]))}, ...] ({len(value)} items)"
         elif isinstance(value, dict):
-            value = json.dumps(value, default=_json_default)
+            from jepa_cli.data.jsonvalues import json_value
+
+            value = json.dumps(json_value(value))
         table.add_row(str(key), str(value))
     stdout_console().print(table)
 
@@ -257,22 +251,6 @@ def spark_levels(values: list[float]) -> list[int]:
 def sparkline(values: list[float]) -> str:
     """`▇▆▄▃▂▁▁▁`: one block character per value."""
     return "".join(SPARK_BLOCKS[level] for level in spark_levels(values))
-
-
-def parse_hxw(value: str | None, option: str) -> tuple[int, int] | None:
-    """'64x48' -> (64, 48); a single number means a square."""
-    if value is None:
-        return None
-    parts = value.lower().split("x")
-    try:
-        dims = tuple(int(p) for p in parts)
-    except ValueError:
-        raise click.BadParameter(f"expected HxW such as 64x64, got {value!r}", param_hint=option) from None
-    if len(dims) == 1:
-        dims = dims * 2
-    if len(dims) != 2 or min(dims) <= 0:
-        raise click.BadParameter(f"expected HxW such as 64x64, got {value!r}", param_hint=option)
-    return dims  # type: ignore[return-value]
 
 
 SHOWN_GROUPS = 5  # the ingest summary names a split's groups up to this many (all of them in --json)

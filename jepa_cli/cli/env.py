@@ -12,6 +12,8 @@ from jepa_cli.cli.common import emit, output_options
 def command(as_json: bool, verbose: int, quiet: bool) -> None:
     """Show the backend, devices, processes and library versions that `jepa train` would use.
 
+    Also which of the variables that reach s3:// and gs:// buckets are set (never their values).
+
     \b
     Examples:
       jepa env
@@ -25,7 +27,10 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
     from jepa_cli.cli.main import compilation_cache_off_reason
     from jepa_cli.training.distributed import environment_report
 
+    from jepa_cli.data.urls import variables_set
+
     report = environment_report()
+    report["bucket_variables"] = variables_set()  # which are set, never their values (credentials)
     # what JAX uses (a user's own JAX_COMPILATION_CACHE_DIR included), and why there is none
     cache = jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
     unusable = cache_unusable_reason(cache) if cache else None
@@ -38,7 +43,9 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
     def human(r: dict) -> None:
         from jepa_cli.cli.common import print_mapping
 
-        flat = {k: v for k, v in r.items() if k not in ("devices", "versions", "compilation_cache_off")}
+        flat = {k: v for k, v in r.items() if k not in ("devices", "versions", "compilation_cache_off",
+                                                        "bucket_variables")}
+        flat["bucket_variables"] = ", ".join(name for name, on in r["bucket_variables"].items() if on) or "none set"
         flat["compilation_cache"] = r["compilation_cache"] or f"off: {r['compilation_cache_off']}"
         flat["devices"] = ", ".join(f"{d['platform']}:{d['id']}" for d in r["devices"][:8]) + (
             f", ... ({len(r['devices'])})" if len(r["devices"]) > 8 else "")

@@ -68,7 +68,8 @@ def command(checkpoint, output, objective, model, patch_size, image_size, num_fr
       jepa import-checkpoint vitl16.pth.tar -o runs/vjepa-vitl16
       jepa encode-latents runs/vjepa-vitl16 clips.zarr -o emb.zarr
     """
-    from jepa_cli.training.import_official import ImportOptions, detect_family, import_checkpoint, read_checkpoint
+    from jepa_cli.training.import_official import ImportOptions, import_checkpoint
+    from jepa_cli.training.official_read import detect_family, read_checkpoint
 
     log = stderr_log(quiet or as_json and not verbose)
     given = {"model": model, "patch_size": patch_size, "image_size": image_size, "pred_depth": pred_depth,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from jepa_cli.cli.common import (SEED, emit, groups_phrase, output_options, parse_hxw, progress_bar, stderr_console,
-                                 stderr_log)
+from jepa_cli.cli.common import SEED, emit, groups_phrase, output_options, progress_bar, stderr_console, stderr_log
 from jepa_cli.cli.complete import complete_sources
+from jepa_cli.cli.declared import HxW
 
 
 def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
@@ -25,7 +25,7 @@ def _list_builtins(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--labels", "labels_path",
               help="Labels file (.npy, .txt, IDX) for an array or IDX source; a path,label CSV for a folder "
               "(paths relative to it; a header may name more columns, e.g. path,label,speaker).")
-@click.option("--size", help="Resize with a center crop to HxW (needed when sample sizes differ).")
+@click.option("--size", type=HxW(), help="Resize with a center crop to HxW (needed when sample sizes differ).")
 @click.option("--channels", type=click.Choice(["1", "3"]), help="Convert to 1 (grayscale) or 3 (RGB) channels.")
 @click.option("--sample-rate", type=int, help="Audio: resample to this rate in Hz (default 32000).")
 @click.option("--seconds", type=float, help="Audio: crop or zero-pad every clip to this length (default 10).")
@@ -88,14 +88,14 @@ def command(source, out, labels_path, size, channels, sample_rate, seconds, labe
             from jepa_cli.errors import InputError
 
             raise InputError(f"{flag} applies to audio sources only ({source} is not one)")
+    from jepa_cli.data.clips import ClipOptions
     from jepa_cli.data.ingest import ingest
     from jepa_cli.data.sources import open_source
-    from jepa_cli.data.video import ClipOptions
 
     opened = open_source(source, labels_path, ClipOptions(frames, frame_stride, clips_per_video, skip_bad),
                          label_regex=label_regex, group_regex=group_regex, group_column=group_column)
     with progress_bar(f"ingest {source}", None, "files", quiet=quiet or as_json) as advance:
-        summary = ingest(opened, out, size=parse_hxw(size, "--size"), channels=int(channels) if channels else None,
+        summary = ingest(opened, out, size=size, channels=int(channels) if channels else None,
                          split=split, test_fraction=test_fraction, seed=seed, limit=limit, skip_bad=skip_bad,
                          force=force, progress=advance, on_total=advance.set_total, log=stderr_log(quiet))
     if summary["skipped"] and not as_json:

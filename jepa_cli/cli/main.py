@@ -14,9 +14,9 @@ import threading
 import click
 
 from jepa_cli import __version__
-from jepa_cli.errors import (InputError, JepaError, Terminated, completed_mark, completed_since, out_of_memory,
-                             raise_if_signalled_since, raise_interrupted, raise_terminated, received_signal,
-                             signal_mark, storage_failure)
+from jepa_cli.errors import (InputError, JepaError, Terminated, completed_mark, completed_since, ignore_signals,
+                             out_of_memory, raise_if_signalled_since, raise_on_signals, received_signal, signal_mark,
+                             storage_failure)
 
 # name -> (module, one-line summary). Modules are imported only when their command runs, so the
 # summaries live here: `jepa --help` must not import a subcommand's dependencies.
@@ -79,6 +79,19 @@ class JepaGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """The subcommand, once its JEPA_<COMMAND>_* variables are known to name its options
+        (cli/declared.py check_variables; not for --help, nor while the shell completes)."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not ctx.resilient_parsing and not set(rest) & set(ctx.help_option_names):
+            from jepa_cli.cli.declared import check_variables
+
+            def prefix(subcommand: str) -> str:
+                return f"{ctx.auto_envvar_prefix}_{subcommand.upper().replace('-', '_')}_"
+
+            check_variables(command, prefix(name), os.environ, tuple(map(prefix, COMMANDS)))
+        return name, command, rest
+
     def invoke(self, ctx: click.Context):
         mark = signal_mark()
         try:
@@ -101,10 +114,7 @@ class JepaGroup(click.Group):
         # SIGTERM ends every command like Ctrl-C (cleanup runs, exit 143); `jepa train` installs its
         # own handler while it trains, to finish the step and save first.
         sys.unraisablehook = _quiet_signal_exceptions
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, raise_terminated)
-            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN stays ignored
-                signal.signal(signal.SIGINT, raise_interrupted)
+        raise_on_signals()
         completed = completed_mark()
         _report_late_signals(completed)
         self.failed_command = None
@@ -121,6 +131,11 @@ class JepaGroup(click.Group):
         except click.Abort:
             _fail("interrupted", 130)
         except click.ClickException as exc:
+            if isinstance(exc, click.BadParameter) and exc.param is not None and exc.ctx is not None \
+                    and exc.ctx.get_parameter_source(exc.param.name) is click.core.ParameterSource.ENVIRONMENT:
+                from jepa_cli.cli.declared import variable
+
+                exc.param_hint = variable(exc.ctx, exc.param)  # a variable's bad value names the variable
             _fail(exc.format_message(), 2)
         except JepaError as exc:
             if os.environ.get("JEPA_DEBUG") == "1":
@@ -328,8 +343,7 @@ def _report_late_signals(completed: int) -> None:
     import atexit
 
     def last_word() -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):  # the outcome is settled: the teardown is not interrupted
-            signal.signal(signum, signal.SIG_IGN)
+        ignore_signals()  # the outcome is settled: the teardown is not interrupted
         since, code = _late_signals["since"], _late_signals["code"]
         signum = received_signal(since) if since is not None else None
         if signum is not None:

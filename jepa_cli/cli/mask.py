@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from jepa_cli import options
-from jepa_cli.cli.common import SEED, emit, output_options, parse_hxw, stderr_log
+from jepa_cli.cli.common import SEED, emit, output_options, stderr_log
 from jepa_cli.cli.complete import complete_datasets
+from jepa_cli.cli.declared import HxW
 from jepa_cli.masks.config import MultiBlock3DConfig, MultiBlockConfig, RandomConfig
 
 MASK_CONFIGS = (MultiBlockConfig, MultiBlock3DConfig, RandomConfig)  # each strategy's options, declared once
@@ -37,7 +38,8 @@ def _mask_options(func):
         if first.kind == "bool":
             func = click.option(f"{first.flag}/--no-{first.flag[2:]}", name, default=None, help=help_text)(func)
         else:
-            kind = int if all(flag.kind == "int" for _, flag in per_strategy) else str
+            kinds = {flag.kind for _, flag in per_strategy}
+            kind = int if kinds == {"int"} else HxW() if kinds == {"size"} else str
             func = click.option(first.flag, name, type=kind, default=None, help=help_text)(func)
     return func
 
@@ -73,56 +75,22 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
     Example:
       jepa mask --strategy multiblock --grid 14x14 --batch-size 64 --seed 0 -o masks.zarr --show --stats
     """
-    from jepa_cli.data import atomic
-    from jepa_cli.errors import InputError
-
-    mask_options["grid"] = parse_hxw(mask_options["grid"], "--grid")
-    if png_path is None and data is not None:
-        raise InputError("--data is only used with --png")
-    # check every path before any work, so that bad input writes nothing
-    if output is not None:
-        atomic.check_output(output, force, "masks", [data] if data is not None else [])
-    if png_path is not None:
-        atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture",
-                                 [p for p in (data, output) if p is not None])
-    if data is not None and not Path(data).exists():
-        raise InputError(f"{data}: no such file or directory")
+    _check_paths(output, force, png_path, data)
+    import jax
 
     from jepa_cli import masks
     from jepa_cli.data.preview import preview_images
+    from jepa_cli.masks.draw import draw_masks
+    from jepa_cli.masks.io import write_masks
     from jepa_cli.masks.render import write_png
 
     config = masks.config_from_options(strategy, **mask_options)
     masks.check_batch(config, batch)
     images = preview_images(data, samples) if data is not None else None
-
-    import jax
-    import numpy as np
-
-    from jepa_cli.masks.io import dense_layout, write_masks
-    from jepa_cli.masks.stats import mask_stats
-
     log = stderr_log(quiet)
     if verbose:
         log(f"sampling {batch} {strategy} masks on {jax.default_backend()}")
-    maskset = masks.sample(jax.random.PRNGKey(seed), config, batch)
-    context, targets = masks.to_dense(maskset, config.num_patches)
-    context, targets = dense_layout(config, np.asarray(context), np.asarray(targets))
-
-    result = {
-        "strategy": strategy,
-        "grid": list(config.grid),
-        "frames": config.frames,
-        "num_patches": config.num_patches,
-        "batch": batch,
-        "seed": seed,
-        "context_slots": int(maskset.context_index.shape[-1]),
-        "target_slots": int(maskset.target_index.shape[-1]),
-        "parameters": {k: v for k, v in masks.config_parameters(config).items() if k != "strategy"},
-    }
-    summary = mask_stats(context, targets, config.grid, config.frames)
-    result["context_tokens"] = summary["context_tokens"]
-    result["target_tokens"] = summary["target_tokens"]
+    result, context, targets, summary = draw_masks(config, batch, seed)
     if stats:
         result["stats"] = summary
     if output is not None:
@@ -131,28 +99,46 @@ def command(strategy, batch, seed, output, force, show, png_path, data, samples,
     if png_path is not None:
         write_png(png_path, config, context, targets, samples, images, force=force)
         result["png"] = str(png_path)
-
     if show:
         from rich.console import Console
 
         console = Console(stderr=as_json, soft_wrap=True)
         colour = console.color_system is not None and not console.no_color
         console.print(render_show(config, context, targets, samples, colour))
+    emit(result, as_json, lambda res: _print_result(res, summary if stats else None, config))
 
-    def human(res):
-        from jepa_cli.cli.common import print_mapping
 
-        flat = {k: v for k, v in res.items() if k not in ("stats", "parameters")}
-        if stats:  # the statistics below give the token counts, per target too
-            del flat["context_tokens"], flat["target_tokens"]
-        else:
-            flat["context_tokens"] = _fmt_summary(res["context_tokens"])
-            flat["target_tokens"] = _fmt_summary(res["target_tokens"])
-        print_mapping(flat)
-        if stats:
-            _print_stats(summary, config)
+def _check_paths(output: str | None, force: bool, png_path: str | None, data: str | None) -> None:
+    """Every path checked before any work, so that bad input writes nothing: the outputs free (or
+    --force), apart from the data they draw, and --data an existing dataset given with --png."""
+    from jepa_cli.data import atomic
+    from jepa_cli.errors import InputError
 
-    emit(result, as_json, human)
+    if png_path is None and data is not None:
+        raise InputError("--data is only used with --png")
+    if output is not None:
+        atomic.check_output(output, force, "masks", [data] if data is not None else [])
+    if png_path is not None:
+        atomic.check_output_file(png_path, force, atomic.PNG_MAGIC, "PNG picture",
+                                 [p for p in (data, output) if p is not None])
+    if data is not None and not Path(data).exists():
+        raise InputError(f"{data}: no such file or directory")
+
+
+def _print_result(res: dict, summary: dict | None, config) -> None:
+    """The masks' description for people; with --stats (`summary`), the token counts of each target
+    and the coverage maps below it instead of the one-line counts."""
+    from jepa_cli.cli.common import print_mapping
+
+    flat = {k: v for k, v in res.items() if k not in ("stats", "parameters")}
+    if summary is not None:  # the statistics below give the token counts, per target too
+        del flat["context_tokens"], flat["target_tokens"]
+    else:
+        flat["context_tokens"] = _fmt_summary(res["context_tokens"])
+        flat["target_tokens"] = _fmt_summary(res["target_tokens"])
+    print_mapping(flat)
+    if summary is not None:
+        _print_stats(summary, config)
 
 
 def _fmt_summary(s: dict) -> str:

@@ -61,18 +61,18 @@ def command(probe, train, test, raw, raw_pool, k, temperature, vote, epochs, bat
     """
     import time
 
-    from jepa_cli.evaluation import features as feats
     from jepa_cli.errors import InputError
+    from jepa_cli.evaluation import features as feats
+    from jepa_cli.evaluation.probes import probe_features, probe_progress, probe_result
 
     log = stderr_log(quiet or as_json and not verbose)
     if run_dir is not None or step is not None:
         return _probe_run(probe, train, test, run_dir, step, k, temperature, vote, seed, raw, per_class, as_json,
                           log, quiet)
-    tokens = probe == "attentive"
     if raw_pool > 1 and not raw:
         raise InputError("--raw-pool goes with --raw (it pools raw pixels)")
-    tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=tokens, allow_mismatch=allow_mismatch,
-                                                    raw_pool=raw_pool)
+    tr, te, num_classes, mismatch = feats.load_pair(train, test, raw=raw, tokens=probe == "attentive",
+                                                    allow_mismatch=allow_mismatch, raw_pool=raw_pool)
     if mismatch:
         warn(f"TRAIN and TEST were not encoded alike ({mismatch})", quiet)
     if verbose:  # an error may still follow, and an error must stay the only line on stderr
@@ -82,68 +82,31 @@ def command(probe, train, test, raw, raw_pool, k, temperature, vote, epochs, bat
         warn(f"{'--raw: ' if raw else ''}{tr.x.shape[-1]:,} features a sample: the linear probe's fits on "
              f"{tr.n:,} samples will take minutes; pool or downsample (ingest with a smaller --size)", quiet)
     start = time.perf_counter()
-    bar_quiet = quiet or (as_json and not verbose)
-    if probe == "linear":
-        from jepa_cli.evaluation.linear import WEIGHT_DECAYS, linear_probe
-
-        # one fit per candidate weight decay on the held-out split, then the refit: advance as each begins
-        with progress_bar("linear probe", len(WEIGHT_DECAYS) + 1, "fits", quiet=bar_quiet) as advance:
-            fits_begun = []
-
-            def on_step(message: str) -> None:
-                if fits_begun:
-                    advance(1)
-                fits_begun.append(message)
-                if verbose:
-                    advance.log(message)
-
-            out = linear_probe(tr.x, tr.labels, te.x, te.labels, num_classes, seed=seed, on_step=on_step)
-            advance(1)
-    elif probe == "knn":
-        from jepa_cli.evaluation.knn import knn_probe
-
-        with progress_bar("k-NN probe", te.n, "rows", quiet=bar_quiet) as advance:
-            out = knn_probe(tr.x, tr.labels, te.x, te.labels, num_classes, k=k, temperature=temperature, vote=vote,
-                            batch_size=batch_size, on_batch=advance)
+    with progress_bar(*probe_progress(probe, te.n, epochs), quiet=quiet or (as_json and not verbose)) as advance:
+        out = probe_features(probe, tr, te, num_classes, k=k, temperature=temperature, vote=vote, epochs=epochs,
+                             batch_size=batch_size, seed=seed, on_advance=advance,
+                             on_note=advance.log if verbose else None)
+    if probe == "knn":
         _warn_k_lowered(k, out["k"], train, quiet)
-    else:
-        from jepa_cli.evaluation.attentive import BATCH_SIZE, attentive_probe
+    result = probe_result(probe, out, tr, te, num_classes, (train, test), raw, mismatch, per_class,
+                          time.perf_counter() - start)
+    emit(result, as_json, lambda r: _print_result(r, probe, per_class))
 
-        with progress_bar("attentive probe", epochs, "epochs", quiet=bar_quiet) as advance:
-            def on_epoch(epoch: int, loss: float) -> None:
-                advance(1)
-                if verbose:
-                    advance.log(f"epoch {epoch}: loss {loss:.4f}")
 
-            try:
-                out = attentive_probe(tr.x, tr.labels, te.x, te.labels, num_classes, epochs=epochs,
-                                      batch_size=batch_size or BATCH_SIZE, seed=seed, on_epoch=on_epoch)
-            except ValueError as exc:
-                raise InputError(str(exc)) from None
-    predictions = out.pop("predictions")
-    result = {"probe": probe, "top1": out.pop("top1"), "top5": out.pop("top5"), "n_train": tr.n, "n_test": te.n,
-              "num_classes": num_classes, "dim": int(tr.x.shape[-1]), "raw": raw, "train": train, "test": test,
-              "encoder": feats.encoder_of(tr.attrs, raw), "encoding_mismatch": mismatch,
-              **out, "seconds": round(time.perf_counter() - start, 3)}
+def _print_result(r: dict, probe: str, per_class: bool) -> None:
+    """A probe's result for people: its fields, then a table of the per-class accuracies when asked."""
+    # a top-5 of 5 classes or fewer is None (features.topk_accuracy): --json keeps the null, this omits it
+    flat = {key: value for key, value in r.items() if key != "per_class" and not (key == "top5" and value is None)}
+    print_mapping(flat, title=f"{probe} probe")
     if per_class:
-        result["per_class"] = feats.per_class_accuracy(te.labels, predictions, num_classes,
-                                                       tr.class_names or te.class_names)
+        from rich.table import Table
 
-    def human(r):
-        # a top-5 of 5 classes or fewer is None (features.topk_accuracy): --json keeps the null, this omits it
-        flat = {key: value for key, value in r.items() if key != "per_class" and not (key == "top5" and value is None)}
-        print_mapping(flat, title=f"{probe} probe")
-        if per_class:
-            from rich.table import Table
-
-            table = Table(title="per class")
-            for col in ("class", "name", "n", "top1"):
-                table.add_column(col)
-            for row in r["per_class"]:
-                table.add_row(str(row["class"]), row["name"], str(row["n"]), f"{row['top1']:.4f}")
-            stdout_console().print(table)
-
-    emit(result, as_json, human)
+        table = Table(title="per class")
+        for col in ("class", "name", "n", "top1"):
+            table.add_column(col)
+        for row in r["per_class"]:
+            table.add_row(str(row["class"]), row["name"], str(row["n"]), f"{row['top1']:.4f}")
+        stdout_console().print(table)
 
 
 def _warn_k_lowered(given: int, used: int, train: str, quiet: bool) -> None:

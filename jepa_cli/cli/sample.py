@@ -6,19 +6,8 @@ import click
 
 from jepa_cli.cli.common import SEED, emit, output_options, progress_bar, warn
 from jepa_cli.cli.complete import complete_runs, complete_steps
+from jepa_cli.cli.declared import text_type
 from jepa_cli.objectives.genconfig import ETA_RANGE, MAX_GUIDANCE_SCALE, MAX_SAMPLING_STEPS
-
-
-def _interval(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        parts = [float(p) for p in value.replace(" ", "").split(",")]
-    except ValueError:
-        parts = []
-    if len(parts) != 2:
-        raise click.BadParameter(f"expected LO,HI such as 0.3,0.7, got {value!r}", param_hint="--guidance-interval")
-    return parts
 
 
 def _classes(ctx, param, value):
@@ -38,7 +27,7 @@ def _classes(ctx, param, value):
 @click.option("--classes", "all_classes", callback=_classes, default=None, help="'all': n samples of every class.")
 @click.option("--guidance-scale", type=click.FloatRange(0.0, MAX_GUIDANCE_SCALE), default=1.0, show_default=True,
               help="Classifier-free guidance scale w (1: none).")
-@click.option("--guidance-interval", callback=_interval, default=None,
+@click.option("--guidance-interval", type=text_type("range"), default=None,
               help="LO,HI: guide only where the noise level (t for flow, sigma for diffusion) is in (LO, HI] "
                    "(default: the whole trajectory).")
 @click.option("--sampler", type=click.Choice(["euler", "heun", "ddim"]), default="euler", show_default=True,

@@ -9,101 +9,44 @@ import click
 from jepa_cli import options
 from jepa_cli.cli.common import emit, format_duration, output_options, warn
 from jepa_cli.cli.complete import complete_datasets, complete_recipes, complete_runs
-from jepa_cli.errors import InputError, JepaError
+from jepa_cli.cli.declared import declared_option
+from jepa_cli.errors import JepaError
 from jepa_cli.masks.config import MultiBlockConfig
 from jepa_cli.objectives.genconfig import GenerativeConfig
 from jepa_cli.objectives.ijepa_config import IJEPAConfig
 from jepa_cli.objectives.lejepa_config import LeJEPAConfig
+from jepa_cli.training.config import TRAINER_FLAGS
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as for every command
 OBJECTIVE_FLAGS = options.flags(IJEPAConfig, MultiBlockConfig, GenerativeConfig, LeJEPAConfig)  # `jepa train`'s objective options
 OBJECTIVE_KEYS = frozenset(flag.name for flag in OBJECTIVE_FLAGS)
 
 
-def _objective_options(func):
-    """One option per objective field marked as a flag (jepa_cli/options.py): the model's, the masks'
-    and I-JEPA's own (IJEPAConfig, MultiBlockConfig), then the generative objectives'. Defaults are
-    None ("not given"): the objective's own default, the recipe and JEPA_TRAIN_* show through."""
-    for flag in reversed(OBJECTIVE_FLAGS):
-        owner = "/".join(flag.applies) if flag.applies else "ijepa"
-        default = f"; default {flag.default_text}" if flag.default is not None else ""
-        help_text = f"{flag.help} [{owner}{default}]"
-        if flag.kind == "bool":
-            negative = "--no-" + flag.flag[2:]
-            func = click.option(f"{flag.flag}/{negative}", flag.name, default=None, help=help_text)(func)
-            continue
-        kind = {"int": int, "float": float}.get(flag.kind) or (NameChoice(flag.choices) if flag.choices
-                                                              else OptionText(flag))
-        func = click.option(flag.flag, flag.name, type=kind, default=None, help=help_text)(func)
-    return func
+def _declared_options(declared: list[options.Flag]):
+    """One option per declared key (jepa_cli/options.py): the trainer's (TrainConfig) or the objectives'
+    fields marked as flags (the model's, the masks', I-JEPA's, the generative objectives' and LeJEPA's).
+    Defaults are None ("not given"): the recipe's value and the objective's own default show through;
+    the help shows the declared default, and for an objective option the objectives that read it."""
 
+    def decorate(func):
+        for flag in reversed(declared):
+            default = flag.default_text
+            if flag.name in TRAINER_FLAGS:
+                help_text = flag.help + (f" [default: {default}]" if default is not None else "")
+            else:
+                owner = "/".join(flag.applies) if flag.applies else "ijepa"
+                help_text = f"{flag.help} [{owner}{f'; default {default}' if default is not None else ''}]"
+            func = declared_option(flag, help_text, shell_complete=COMPLETERS.get(flag.name))(func)
+        return func
 
-class OptionText(click.ParamType):
-    """A range (LO,HI) or size (S or HxW) option, read by options.parse as its JEPA_TRAIN_ variable is."""
-
-    def __init__(self, flag: options.Flag) -> None:
-        self.flag = flag
-        self.name = flag.metavar or {"range": "LO,HI", "size": "HxW"}.get(flag.kind, "TEXT")
-
-    def convert(self, value, param, ctx):
-        if not isinstance(value, str):
-            return value
-        try:
-            return options.parse(self.flag, value, self.flag.flag)
-        except InputError as exc:
-            self.fail(str(exc).split(": ", 1)[1], param, ctx)
-
-
-def _trainer_options(func):
-    """One option per trainer key, from its declaration (training/config.py TrainConfig): the flag, the
-    type, the help with its default. Every option defaults to None ("not given") so that the recipe
-    and JEPA_TRAIN_* layers below it show through."""
-    from jepa_cli.training.config import TRAINER_FIELDS
-
-    for field in reversed(TRAINER_FIELDS):
-        meta = field.metadata
-        rule = meta["rule"]
-        flag = meta["flag"] or "--" + field.name.replace("_", "-")
-        names = [*meta["aliases"], flag]
-        help_text = meta["help"] + (f" [default: {_shown(field.default)}]" if field.default is not None else "")
-        if rule.kind == "bool":
-            negative = "--no-" + flag[2:]
-            func = click.option(f"{flag}/{negative}", field.name, default=None, help=help_text)(func)
-            continue
-        kind = {"int": int, "float": float}.get(rule.kind, str)
-        if rule.choices:
-            kind = NameChoice(rule.choices, rule.allow_module)
-        func = click.option(*names, field.name, type=kind, default=None, help=help_text,
-                            metavar="B1,B2" if rule.kind == "betas" else None,
-                            shell_complete=COMPLETERS.get(field.name))(func)
-    return func
+    return decorate
 
 
 COMPLETERS = {"data": complete_datasets, "out": complete_runs}  # the shell completes these keys' paths
 
 
-def _shown(default) -> str:
-    if isinstance(default, tuple):
-        return ",".join(str(v) for v in default)
-    return str(default).lower() if isinstance(default, bool) else str(default)
-
-
-class NameChoice(click.Choice):
-    """A click.Choice (checked before JAX is imported, completed by the shell) that may also take a
-    'module:factory' name when the key allows one (an objective outside the package)."""
-
-    def __init__(self, choices, allow_module: bool = False) -> None:
-        super().__init__(choices)
-        self.allow_module = allow_module
-
-    def convert(self, value, param, ctx):
-        if self.allow_module and isinstance(value, str) and ":" in value:
-            return value
-        return super().convert(value, param, ctx)
-
-
 @click.command("train")
-@_trainer_options
+@_declared_options(list(TRAINER_FLAGS.values()))
 @click.option("--config", "config_path", type=click.Path(), default=None, shell_complete=complete_recipes,
               help="TOML recipe, a path or builtin:NAME (jepa_cli/recipes); JEPA_TRAIN_<KEY> variables override it "
                    "and the command line overrides both.")
@@ -114,14 +57,13 @@ class NameChoice(click.Choice):
 @click.option("--allow-new-data", is_flag=True,
               help="With --resume: continue RUN on a dataset other than the one it was started on (read from its "
                    "beginning); without it, that is refused.")
-@_objective_options
+@_declared_options(OBJECTIVE_FLAGS)
 # multi-process
 @click.option("--coordinator", default=None, help="ADDR:PORT of process 0 (multi-process launch).")
 @click.option("--num-processes", type=int, default=None, help="Number of processes (multi-process launch).")
 @click.option("--process-id", type=int, default=None, help="This process's index (multi-process launch).")
 @output_options
-@click.pass_context
-def command(ctx: click.Context, config_path, print_config, resume, force, allow_new_data, coordinator, num_processes,
+def command(config_path, print_config, resume, force, allow_new_data, coordinator, num_processes,
             process_id, as_json, verbose, quiet, **options) -> int:
     """Pretrain an encoder on a dataset (I-JEPA by default) with the official recipe.
 
@@ -131,23 +73,23 @@ def command(ctx: click.Context, config_path, print_config, resume, force, allow_
       jepa train --data in1k.zarr --out runs/vith14 --config builtin:ijepa-in1k-vith14 --mesh data=-1,fsdp=8
       jepa train --out runs/digits --data digits.zarr --resume
     """
-    from jepa_cli.training.config import parse_text, resolve_config
+    from jepa_cli.training.config import resolve_config
 
     if allow_new_data and not resume:
         raise click.UsageError("--allow-new-data goes with --resume (a new run takes any dataset)")
-    if options.get("betas") is not None:
-        options["betas"] = parse_text("betas", options["betas"], "--betas")
-    env_values = _env_values(ctx)
     if print_config:
         from jepa_cli.training.config import to_toml
         from jepa_cli.training.plan import resolved_config
 
-        config, notes = resolved_config(resolve_config(_cli_values(options), config_path, resume=resume,
-                                                       env_values=env_values))
+        config, notes = resolved_config(resolve_config(_cli_values(options), config_path, resume=resume))
         click.echo(to_toml(config, notes), nl=False)
         return 0
 
-    config = resolve_config(_cli_values(options), config_path, resume=resume, env_values=env_values)
+    config = resolve_config(_cli_values(options), config_path, resume=resume)
+    if config.out:  # a run in a bucket is refused before the dataset is asked for
+        from jepa_cli.training.plan import check_run_location
+
+        check_run_location(config.out)
     if config.data:  # a missing or damaged dataset is refused before JAX loads (seconds)
         from jepa_cli.data.trainable import check_dataset
 
@@ -196,24 +138,6 @@ def _cli_values(options_given: dict) -> dict:
     values = {k: v for k, v in options_given.items() if v is not None and k not in OBJECTIVE_KEYS}
     values["objective_config"] = {k: v for k, v in options_given.items() if v is not None and k in OBJECTIVE_KEYS}
     return values
-
-
-def _env_values(ctx: click.Context) -> dict:
-    """The environment's layer (between the recipe and the command line): trainer keys from
-    JEPA_TRAIN_<KEY> (training/config.py env_layer) and the objective's options from
-    JEPA_TRAIN_<OPTION>, read as on the command line (options.parse)."""
-    import os
-
-    from jepa_cli.training.config import ENV_PREFIX, TRAINER_KEYS, env_layer, merge
-
-    values = env_layer(dict(os.environ), frozenset(p.name for p in ctx.command.params if p.name not in TRAINER_KEYS))
-    objective_config = {}
-    for flag in OBJECTIVE_FLAGS:
-        variable = ENV_PREFIX + flag.name.upper()
-        text = os.environ.get(variable, "")
-        if text:
-            objective_config[flag.name] = options.parse(flag, text, variable)
-    return merge(values, {"objective_config": objective_config})
 
 
 class TrainProgress:
@@ -333,22 +257,3 @@ class StoppedBySignal(JepaError):
         super().__init__(f"{what} ({signal_name}): saved step {summary.get('step')} in {summary.get('run')}; "
                          "continue with --resume")
         self.exit_code = SIGNAL_EXIT[signal_name]
-
-
-def _read_env_one_layer_down(cmd: click.Command) -> None:
-    """The trainer keys and the objective's options are read from JEPA_TRAIN_* by _env_values, below the
-    command line; click's own JEPA_<COMMAND>_<OPTION> reading (cli/main.py) is off for them. Every other
-    option of train keeps it.
-
-    Click's reading would keep the order (it hands a variable's value over as if typed, and a typed
-    option still wins) but not the rest: its error for a bad value names the option instead of the
-    variable, and a misspelt JEPA_TRAIN_ variable passes unnoticed (click looks up only the names it
-    knows), where env_layer refuses it in one line naming it."""
-    from jepa_cli.training.config import TRAINER_KEYS
-
-    for param in cmd.params:
-        if param.name in TRAINER_KEYS or param.name in OBJECTIVE_KEYS:
-            param.allow_from_autoenv = False
-
-
-_read_env_one_layer_down(command)

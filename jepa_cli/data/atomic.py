@@ -1,6 +1,12 @@
 """Atomic outputs: a directory or file is written beside its final path and renamed into place
 only when complete, never over something it did not create (docs/formats.md). An interrupted or
-failed write leaves no output behind and never damages an existing one."""
+failed write leaves no output behind and never damages an existing one.
+
+An output in a bucket (s3://, gs://) is written to a local staging folder and published
+(`buckets.publish`): the objects first, the group's zarr.json last, since an object store has no
+rename; a prefix without that zarr.json is an interrupted write, cleared by the next write. Its
+writer holds the output's lease (`locks.LeaseLock`) from before the staging until the publication
+ends, so two writers on any hosts never write one output together."""
 
 from __future__ import annotations
 
@@ -10,28 +16,33 @@ import errno
 import os
 import re
 import shutil
-import signal
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from jepa_cli.data.locks import directory_lock, lock_directory
+from jepa_cli.data import buckets
+from jepa_cli.data.locks import make_lock, this_process_lease
 from jepa_cli.data.store import check_utf8, read_attributes
-from jepa_cli.errors import InputError, note_completed, raise_if_signalled_since, raise_terminated, signal_mark
+from jepa_cli.data.urls import BucketPath, location
+from jepa_cli.errors import InputError, note_completed, raise_if_signalled_since, sigterm_raises, signal_mark
 
 PARTIAL_PREFIX = ".{name}.partial-"  # + 8 hex digits: the temporary sibling of an atomic write
 AT_FDCWD, RENAME_NOREPLACE = -100, 1  # linux/fcntl.h, linux/fs.h
 
 
-def check_output(path: str | os.PathLike, force: bool, kind: str,
-                 inputs: Iterable[str | os.PathLike] = ()) -> Path:
-    """Refuses an output that would destroy data; returns the path.
+def check_output(path: str | os.PathLike | BucketPath, force: bool, kind: str,
+                 inputs: Iterable[str | os.PathLike | BucketPath] = ()) -> Path | BucketPath:
+    """Refuses an output that would destroy data; returns the path (a local Path or a BucketPath).
 
     Refused: an output that is, contains or lies inside one of `inputs` (symlinks and relative
     paths resolved); an existing output without `force`; with `force`, anything but a jepa
     artifact of the same `kind` (its `jepa_kind`), e.g. a user's folder, a file or a run.
     """
-    path = Path(path)
+    path = location(path)
+    if isinstance(path, BucketPath):
+        _check_bucket_output(path, force, kind, inputs)
+        return path
     check_disjoint(path, inputs)
     check_utf8(path)
     if not path.parent.is_dir():
@@ -42,11 +53,51 @@ def check_output(path: str | os.PathLike, force: bool, kind: str,
             raise InputError(f"{path}: already exists (use --force to overwrite)")
     return path
 
+def _check_bucket_output(url: BucketPath, force: bool, kind: str,
+                         inputs: Iterable[str | os.PathLike | BucketPath]) -> None:
+    """check_output for a bucket prefix: also refused when the bucket does not exist or the
+    credentials are refused (`buckets.keys` asks the store), and when the prefix holds an object jepa
+    does not write. Objects without a group zarr.json (an interrupted write) pass: publishing clears them."""
+    for given in inputs:
+        source = location(given)
+        if isinstance(source, BucketPath) and (source.scheme, source.bucket) == (url.scheme, url.bucket):
+            out_parts, in_parts = url.key.split("/"), source.key.split("/")
+            relation = ("is the input" if out_parts == in_parts else
+                        "lies inside the input" if out_parts[:len(in_parts)] == in_parts else
+                        "contains the input" if in_parts[:len(out_parts)] == out_parts else None)
+            if relation:
+                raise InputError(f"{url}: the output {relation} {given}; choose an output outside every input")
+    found = buckets.keys(url)
+    foreign = next((key for key in found if not _jepa_key(key)), None)
+    if foreign is not None:
+        raise InputError(f"{url}: holds {url / foreign}, which jepa did not write; choose another output")
+    if buckets.GROUP_METADATA not in found:
+        return
+    try:
+        existing = read_attributes(url).get("jepa_kind")
+    except InputError:
+        existing = None
+    if existing != kind:
+        what = f"holds jepa_kind {existing!r}" if isinstance(existing, str) else "is not a jepa output (no jepa_kind)"
+        raise InputError(f"{url}: {what}; --force replaces only an output of the same kind (jepa_kind {kind!r}); "
+                         "remove it yourself or choose another output")
+    if not force:
+        raise InputError(f"{url}: already exists (use --force to overwrite)")
+
+def _jepa_key(key: str) -> bool:
+    """Whether `key` (relative to an artifact's prefix) is one jepa writes: a node's zarr.json, a
+    chunk in a node's `c/` named by decimal chunk indices, or `c`, a zero-dimensional array's chunk."""
+    *folder, name = key.split("/")
+    return name in (buckets.GROUP_METADATA, "c") or (_in_chunk_folder(tuple(folder)) and name.isascii()
+                                                      and name.isdecimal())
+
 def check_disjoint(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
     """InputError if `output` is, contains or lies inside one of `inputs` (writing it would delete
     or mix into an input)."""
     out = Path(output).resolve()
     for given in inputs:
+        if isinstance(location(given), BucketPath):
+            continue  # a bucket never overlaps a local output
         source = Path(given).resolve()
         if out == source:
             relation = "is the input"
@@ -128,27 +179,45 @@ def atomic_directory(path: str | os.PathLike, force: bool, kind: str, inputs: It
     a failed or interrupted write never leaves `path` behind (nor damages an existing one).
     """
     final = check_output(path, force, kind, inputs)
+    if isinstance(final, BucketPath):
+        with _bucket_staging(final, force, kind) as tmp:
+            yield tmp
+        return
     tmp = final.with_name(f"{PARTIAL_PREFIX.format(name=final.name)}{uuid.uuid4().hex[:8]}")
-    lock = None
+    lock = make_lock(tmp)
     mark = signal_mark()
-    previous = _raise_on_sigterm()  # before mkdir: a signal right after it still removes the partial
     try:
-        with directory_lock(final.parent):
-            for message in remove_stale_partials(final):
-                if log:
-                    log(message)
-            tmp.mkdir()
-            lock = lock_directory(tmp)
-        yield tmp
-        raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: never commit
-        move_into_place(tmp, final, force, kind)
+        with sigterm_raises():  # before mkdir: a signal right after it still removes the partial
+            with make_lock(final.parent).held(wait=True):
+                for message in remove_stale_partials(final):
+                    if log:
+                        log(message)
+                tmp.mkdir()
+                lock.acquire()
+            yield tmp
+            raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: never commit
+            move_into_place(tmp, final, force, kind)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-        if lock is not None:
-            os.close(lock)
+        lock.release()
+
+@contextlib.contextmanager
+def _bucket_staging(final: BucketPath, force: bool, kind: str) -> Iterator[Path]:
+    """atomic_directory for a bucket output: holds its lease (InputError naming the holder when another
+    process writes it), yields a fresh local staging folder and publishes it to `final`
+    (`move_into_place`) only if the block succeeds; the folder is removed either way."""
+    mark = signal_mark()
+    tmp = None
+    try:
+        with sigterm_raises(), make_lock(final).held():
+            tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.", dir=buckets.staging_root()))
+            yield tmp
+            raise_if_signalled_since(mark)
+            move_into_place(tmp, final, force, kind)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 def remove_stale_partials(final: str | os.PathLike) -> list[str]:
     """Removes what interrupted writes of `final` left behind; returns one message per removal.
@@ -164,26 +233,43 @@ def remove_stale_partials(final: str | os.PathLike) -> list[str]:
     messages = []
     for entry in sorted(final.parent.iterdir()):
         if partial.fullmatch(entry.name):
-            lock = lock_directory(entry)
-            if lock is None:  # a live writer holds it (or the file system cannot tell): keep it
-                continue
-            try:
-                shutil.rmtree(entry, ignore_errors=True)
-            finally:
-                os.close(lock)
-            messages.append(f"removed {entry}, left by an interrupted write whose process is gone")
+            # refused (InputError): a live writer holds it; not locked: the file system cannot tell; kept
+            with contextlib.suppress(InputError, OSError), make_lock(entry).held() as locked:
+                if locked:
+                    shutil.rmtree(entry, ignore_errors=True)
+                    messages.append(f"removed {entry}, left by an interrupted write whose process is gone")
         elif swapped.fullmatch(entry.name) and final.is_dir() and _jepa_kind(entry) is not None:
             shutil.rmtree(entry, ignore_errors=True)
             messages.append(f"removed {entry}, an output replaced by an interrupted --force write")
     return messages
 
-def move_into_place(tmp: Path, final: Path, force: bool, kind: str) -> None:
+def move_into_place(tmp: Path, final: Path | BucketPath, force: bool, kind: str) -> None:
     """Renames the finished directory `tmp` to `final`, never over something that appeared meanwhile.
 
     Without `force` an existing `final` is an InputError (the check and the rename are one atomic
     step, so of two concurrent writers exactly one wins). With `force` an existing `final` is
     checked again (`check_replaceable`, at move time), swapped out, and removed once `tmp` is in place.
+
+    A bucket `final` is published under its lease: this process's (taken by `atomic_directory` or
+    `locks.resumable_partial`), else one taken for the publication (InputError naming the holder when
+    another process holds it). It is checked again (`check_output`), the lease confirmed, cleared of
+    what was there (an interrupted write's objects, or with `force` the output it replaces), published
+    from `tmp` with the lease confirmed again before the commit, and `tmp` removed. A lease lost
+    meanwhile (expired and taken over) publishes nothing.
     """
+    if isinstance(final, BucketPath):
+        own = this_process_lease(final)
+        lease = own or make_lock(final)
+        with contextlib.nullcontext() if own else lease.held():
+            check_output(final, force, kind)
+            lease.confirm()
+            buckets.clear(final)
+            buckets.publish(tmp, final, before_commit=lease.confirm)
+        note_completed(final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.parent != buckets.staging_root():  # a resumable partial's own staging folder
+            shutil.rmtree(tmp.parent, ignore_errors=True)
+        return
     try:
         rename_no_replace(tmp, final)
         note_completed(final)
@@ -218,7 +304,10 @@ def check_output_file(path: str | os.PathLike, force: bool, magic: bytes, what: 
     """Refuses a file output that would destroy data; returns the path. An output inside one of
     `inputs` is refused (`check_disjoint`); an existing path is refused without `force`, and with
     `force` unless it is a regular file starting with `magic` (a `what`, e.g. "PNG picture"): a
-    user's other file, a directory or a symbolic link is never replaced."""
+    user's other file, a directory or a symbolic link is never replaced. A bucket URL is refused:
+    single files are written to local paths only."""
+    if isinstance(location(path), BucketPath):
+        raise InputError(f"{path}: a {what} is written to a local path only, not to a bucket")
     path = Path(path)
     check_disjoint(path, inputs)
     check_utf8(path)
@@ -245,25 +334,24 @@ def write_file(path: str | os.PathLike, data: bytes, force: bool, magic: bytes, 
     path = check_output_file(path, force, magic, what)
     tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
     mark = signal_mark()
-    previous = _raise_on_sigterm()
     try:
-        try:
-            tmp.write_bytes(data)
-        except OSError as exc:  # named as the user gave it, not as the hidden temporary file
-            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-            raise InputError(f"{path}: cannot write a file in {path.parent} ({reason})") from None
-        raise_if_signalled_since(mark)
-        try:
-            rename_no_replace(tmp, path)
-        except FileExistsError:
-            if not force:
-                raise InputError(f"{path}: already exists (another process wrote it while this command ran)") from None
-            _check_replaceable_file(path, magic, what)
-            os.replace(tmp, path)
-        note_completed(path)
+        with sigterm_raises():
+            try:
+                tmp.write_bytes(data)
+            except OSError as exc:  # named as the user gave it, not as the hidden temporary file
+                reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+                raise InputError(f"{path}: cannot write a file in {path.parent} ({reason})") from None
+            raise_if_signalled_since(mark)
+            try:
+                rename_no_replace(tmp, path)
+            except FileExistsError:
+                if not force:
+                    raise InputError(f"{path}: already exists (another process wrote it while this command "
+                                     "ran)") from None
+                _check_replaceable_file(path, magic, what)
+                os.replace(tmp, path)
+            note_completed(path)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         tmp.unlink(missing_ok=True)
 
 def rename_no_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
@@ -279,7 +367,7 @@ def rename_no_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # EINVAL: the file system lacks the flag
             raise OSError(err, os.strerror(err), str(src), None, str(dst))
-    with directory_lock(Path(dst).parent):
+    with make_lock(Path(dst).parent).held(wait=True):
         if os.path.lexists(dst):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
         os.rename(src, dst)
@@ -295,11 +383,3 @@ def _load_renameat2():
     return function
 
 _renameat2 = _load_renameat2()
-
-def _raise_on_sigterm():
-    """Turns SIGTERM into Terminated (a KeyboardInterrupt) so cleanup runs; returns the old handler
-    (main thread only)."""
-    try:
-        return signal.signal(signal.SIGTERM, raise_terminated)
-    except ValueError:  # not the main thread
-        return None

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from jepa_cli.data import resources
-from jepa_cli.data.sources import BadSample
+from jepa_cli.data.samples import BadSample
 from jepa_cli.data.store import utf8_text
 
 

@@ -7,11 +7,12 @@ A describer takes the path and its group attributes and returns a JSON-able dict
 from __future__ import annotations
 
 import importlib
-import math
 from pathlib import Path
 from typing import Any
 
 from jepa_cli.data import store
+from jepa_cli.data.urls import location
+from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.errors import InputError
 
 # jepa_kind -> "module:function" that describes an artifact of that kind (`jepa info`)
@@ -26,10 +27,10 @@ RUN_MARKER = "run.json"  # a training run directory holds this file (docs/format
 
 def describe(path: str | Path) -> dict[str, Any]:
     """A JSON-able description of the dataset, mask file, embedding set or run at `path`."""
-    path = Path(path)
+    path = location(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
-    if (path / RUN_MARKER).exists():
+    if isinstance(path, Path) and (path / RUN_MARKER).exists():
         kind, attrs = "run", {}
     else:
         attrs = store.read_attributes(path)
@@ -38,20 +39,7 @@ def describe(path: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot describe a {kind!r} (known: {', '.join(sorted(DESCRIBERS))})")
     module_name, func_name = DESCRIBERS[kind].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    return json_finite({"path": str(path), "kind": kind} | func(path, attrs))
-
-
-def json_finite(value: Any) -> Any:
-    """`value` with every NaN or infinite float (held in attributes as JSON's non-standard NaN and
-    Infinity, which Python's json reads and writes) replaced by None, recursively: the description
-    is then valid JSON (`json.dumps(allow_nan=False)` accepts it)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: json_finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_finite(item) for item in value]
-    return value
+    return json_value({"path": str(path), "kind": kind} | func(path, attrs))
 
 
 LONGEST_LIST_SHOWN = 8  # a numeric list longer than this is summarised in the human output
@@ -60,7 +48,7 @@ LONGEST_LIST_SHOWN = 8  # a numeric list longer than this is summarised in the h
 def numbers_summary(values: list[Any]) -> str | None:
     """`64 values, mean 0.0123, range [-0.31, 0.402]` for a list of more than LONGEST_LIST_SHOWN numbers
     (a latent set's per-channel latent_shift / latent_scale), which printed in full fills a screen;
-    None for any other value. A None in the list (json_finite's stand-in for NaN) is counted apart."""
+    None for any other value. A None in the list (json_value's stand-in for NaN) is counted apart."""
     if not isinstance(values, list) or len(values) <= LONGEST_LIST_SHOWN:
         return None
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):

@@ -10,92 +10,17 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data import atomic, resources, store
-from jepa_cli.data.sources import BadSample, Source, to_uint8
+from jepa_cli.data.pixels import ImageCodec
+from jepa_cli.data.samples import BadSample, Source
 from jepa_cli.data.splits import group_names_of, split_attribute, split_indices
 from jepa_cli.errors import InputError
 
-# Pillow modes a folder of images can hold, by how their pixels become uint8 (docs/formats.md):
-EIGHT_BIT_MODES = {"1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV"}
-WIDE_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I", "F"}  # one channel of 16-bit, 32-bit or float values
-GRAY_MODES = {"1", "L", "LA"} | WIDE_MODES  # kept as one channel by default
 # Peak memory of one ingest above the process's own, in units of the write chunk (the buffer,
 # TensorStore's copies, the zstd output) and of one sample (decoded, converted, Pillow's 4-byte
 # pixels while resizing). Measured peaks (RssAnon): 27 MiB with 4 MiB chunks of small samples
 # (the same for 2,000 and 40,000 samples), 7.3-9.6 samples when a chunk holds one sample.
 CHUNKS_IN_MEMORY, SAMPLES_IN_MEMORY = 8, 6
 INDEX_BYTES = 24  # per sample and per frame of a clip: an int64 index and two temporaries while it is computed
-
-
-def to_pixels(sample: Any, channels: int | None, name: str) -> np.ndarray:
-    """A PIL image or an array as uint8 [H, W, C] at its own size; C is `channels`, else 1 for
-    gray modes and 3 for colour ones.
-
-    16-bit and float images are scaled by their real range (`to_uint8`), never clipped: Pillow's own
-    conversion to L saturates 16-bit values and truncates floats in [0, 1] to 0.
-    """
-    from PIL import Image
-
-    if not isinstance(sample, np.ndarray):
-        if sample.mode in WIDE_MODES:
-            sample = _wide_pixels(sample, name)
-        elif sample.mode not in EIGHT_BIT_MODES:
-            raise BadSample(f"{name}: Pillow mode {sample.mode} is not supported; convert it to RGB or grayscale")
-    if isinstance(sample, np.ndarray):
-        if sample.ndim == 3 and sample.shape[-1] == 1:
-            sample = sample[..., 0]  # [H, W]: Pillow's mode L
-        native_channels = 1 if sample.ndim == 2 else sample.shape[-1]
-        if native_channels in (1, 3) and channels in (None, native_channels):
-            return sample[..., None] if sample.ndim == 2 else sample  # nothing to convert: skip Pillow
-        sample = Image.fromarray(sample)
-    mode = {1: "L", 3: "RGB"}.get(channels or 0) or ("L" if sample.mode in GRAY_MODES else "RGB")
-    if sample.mode != mode:
-        sample = sample.convert(mode)
-    array = np.asarray(sample, dtype=np.uint8)
-    return array[..., None] if array.ndim == 2 else array
-
-
-def _wide_pixels(image: Any, name: str) -> np.ndarray:
-    """uint8 [H, W] of a 16-bit (I;16*), 32-bit integer (I) or float (F) Pillow image.
-
-    Mode I holds 16-bit files too (16-bit PGM): its values must lie in [0, 65535] and are scaled as
-    16-bit; F must lie in [0, 1]."""
-    values = np.asarray(image)
-    if image.mode == "I":
-        if values.size and (values.min() < 0 or values.max() > 65535):
-            raise BadSample(f"{name}: 32-bit integer pixels outside [0, 65535] (min {values.min()}, max "
-                            f"{values.max()}); save it as 8-bit or 16-bit")
-        values = values.astype(np.uint16)
-    return to_uint8(values, name)
-
-
-def fit(image: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
-    """uint8 [H, W, C] resized (bicubic) with a center crop to `size` = (H', W'); as is if None."""
-    if size is None or image.shape[:2] == tuple(size):
-        return image
-    from PIL import Image, ImageOps
-
-    picture = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
-    array = np.asarray(ImageOps.fit(picture, (size[1], size[0]), method=Image.Resampling.BICUBIC), np.uint8)
-    return array[..., None] if array.ndim == 2 else array
-
-
-class ImageCodec:
-    """How ingest converts an image source's samples (a video source brings video.ClipCodec)."""
-
-    modality = "image"
-    layout = "NHWC"
-    pixels = staticmethod(lambda sample, channels, name: to_pixels(sample, channels, name))
-    fit = staticmethod(lambda image, size: fit(image, size))
-
-    @staticmethod
-    def shape(native: tuple[int, ...], size: tuple[int, int] | None) -> tuple[int, ...]:
-        """The stored shape [H, W, C] of a sample whose own shape is `native`."""
-        return (*(size or native[:2]), native[2])
-
-    @staticmethod
-    def smaller(size: tuple[int, int] | None) -> str:
-        """The options that shrink a sample, for a refusal's hint."""
-        return f"a --size smaller than {size[0]}x{size[1]}" if size else "a smaller --size"
 
 
 def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = None, channels: int | None = None,
@@ -122,15 +47,7 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     if native is not None:  # a clip's size from headers: refuse a request that cannot fit before decoding it
         native = (*native[:-1], channels or native[-1])
         _check_room(out, source.count if limit is None else min(limit, source.count), native, codec, size, k)
-    video_groups = None if source.groups is None else source.groups[::k]
-    indices = split_indices(None if source.labels is None else source.labels[::k], source.count // k, split,
-                            test_fraction, seed, video_groups)
-    side_groups = group_names_of(video_groups, source.group_names, indices)
-    indices = (indices[:, None] * k + np.arange(k)).reshape(-1)
-    if limit is not None:
-        indices = indices[:limit]
-    if len(indices) == 0:
-        raise InputError(f"{source.description}: no samples to ingest")
+    indices, side_groups = _indices(source, split, test_fraction, seed, limit, k)
     if on_total:
         on_total(len(indices))
     start = time.perf_counter()
@@ -142,51 +59,80 @@ def ingest(source: Source, out: str | Path, *, size: tuple[int, int] | None = No
     with atomic.atomic_directory(out, force, "dataset", source.paths, log) as tmp:
         rows = store.RowWriter(store.create_array(tmp / "inputs", (len(indices), *sample_shape), np.uint8,
                                                   chunk_n=chunk_n), chunk_n)
-        kept_labels: list[int] = []
-        for position in range(first_pos, len(indices)):
-            index = int(indices[position])
-            name = source.item_name(index)
-            try:
-                image = (codec.fit(first, size) if position == first_pos
-                         else codec.fit(codec.pixels(source.read(index), channels, name), size))
-            except BadSample as exc:
-                if not skip_bad:
-                    raise InputError(str(exc)) from None
-                skipped.append(name)
-                if progress:
-                    progress(1)
-                continue
-            if image.shape != sample_shape:
-                raise InputError(_mismatch(name, image.shape, sample_shape))
-            rows.append(image)
-            if source.labels is not None:
-                kept_labels.append(int(source.labels[index]))
-            if progress:
-                progress(1)
-        rows.finish()
-        written = rows.written
+
+        def converted(index: int, position: int) -> np.ndarray:
+            if position == first_pos:
+                return codec.fit(first, size)
+            return codec.fit(codec.pixels(source.read(index), channels, source.item_name(index)), size)
+
+        kept_labels = _write_samples(source, indices[first_pos:], first_pos, converted, sample_shape, rows, skip_bad,
+                                     skipped, progress)
         if source.labels is not None:
             store.write_array(tmp / "labels", np.asarray(kept_labels, np.int32))
-        attributes = store.base_attributes(
-            "dataset",
-            modality=codec.modality,
-            layout=codec.layout,
-            class_names=list(source.class_names),
-            source=source.description,
-            split=split_attribute(split, test_fraction, seed, source.grouping, side_groups),
-            num_samples=written,
-            skipped=skipped,
-            **source.attributes,
-        )
-        store.write_group(tmp, attributes)
+        store.write_group(tmp, store.base_attributes(
+            "dataset", modality=codec.modality, layout=codec.layout, class_names=list(source.class_names),
+            source=source.description, split=split_attribute(split, test_fraction, seed, source.grouping, side_groups),
+            num_samples=rows.written, skipped=skipped, **source.attributes))
+    return _summary(source, out, [rows.written, *sample_shape], kept_labels, skipped, side_groups,
+                    time.perf_counter() - start)
+
+
+def _indices(source: Source, split: str | None, test_fraction: float, seed: int, limit: int | None,
+             k: int) -> tuple[np.ndarray, list[str] | None]:
+    """The samples to ingest, in order (the split's side, a video's `k` clips together, at most
+    `limit`), and the groups of that side; InputError when none is left."""
+    video_groups = None if source.groups is None else source.groups[::k]
+    indices = split_indices(None if source.labels is None else source.labels[::k], source.count // k, split,
+                            test_fraction, seed, video_groups)
+    side_groups = group_names_of(video_groups, source.group_names, indices)
+    indices = (indices[:, None] * k + np.arange(k)).reshape(-1)
+    if limit is not None:
+        indices = indices[:limit]
+    if len(indices) == 0:
+        raise InputError(f"{source.description}: no samples to ingest")
+    return indices, side_groups
+
+
+def _write_samples(source: Source, indices: np.ndarray, first_pos: int, converted: Callable[[int, int], np.ndarray],
+                   sample_shape: tuple[int, ...], rows: Any, skip_bad: bool, skipped: list[str],
+                   progress: Callable[[int], None] | None) -> list[int]:
+    """Appends each sample of `indices` (at positions first_pos, first_pos + 1, ...) to `rows` as
+    `converted` gives it; returns the labels of those kept. A sample that cannot be decoded is an
+    InputError, or is skipped (named in `skipped`) with `skip_bad`; one of another shape is an InputError."""
+    kept_labels: list[int] = []
+    for position, index in enumerate(indices.tolist(), start=first_pos):
+        name = source.item_name(index)
+        try:
+            image = converted(index, position)
+        except BadSample as exc:
+            if not skip_bad:
+                raise InputError(str(exc)) from None
+            skipped.append(name)
+            if progress:
+                progress(1)
+            continue
+        if image.shape != sample_shape:
+            raise InputError(_mismatch(name, image.shape, sample_shape))
+        rows.append(image)
+        if source.labels is not None:
+            kept_labels.append(int(source.labels[index]))
+        if progress:
+            progress(1)
+    rows.finish()
+    return kept_labels
+
+
+def _summary(source: Source, out: str | Path, shape: list[int], kept_labels: list[int], skipped: list[str],
+             side_groups: list[str] | None, seconds: float) -> dict[str, Any]:
+    """What ingest reports: the dataset's path and shape, its classes, the samples skipped and padded."""
     summary: dict[str, Any] = {
         "path": store.utf8_text(str(out)),
-        "shape": [written, *sample_shape],
+        "shape": shape,
         "dtype": "uint8",
         "labelled": source.labels is not None,
         "num_classes": len(source.class_names) if source.labels is not None else None,
         "skipped": len(skipped),
-        "seconds": round(time.perf_counter() - start, 3),
+        "seconds": round(seconds, 3),
     }
     if "padded" in source.attributes:
         summary["padded"] = len(source.attributes["padded"])

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from jepa_cli.data.fbank import FbankConfig, fbank
 from jepa_cli.errors import InputError
 
 RAW_MEL_BINS = 128  # Audio-JEPA's mel bins
@@ -16,8 +17,6 @@ RAW_FRAME_MS, RAW_SHIFT_MS = 25.0, 10.0  # Kaldi's standard framing (torchaudio'
 def raw_fbank_config(sample_rate: int) -> Any:
     """The front-end of the raw baseline: 128 mel bins from 20 Hz to min(16 kHz, Nyquist), Hanning,
     25 ms frames every 10 ms."""
-    from jepa_cli.data.fbank import FbankConfig
-
     return FbankConfig(sample_rate=float(sample_rate), frame_length_ms=RAW_FRAME_MS, frame_shift_ms=RAW_SHIFT_MS,
                        num_bins=RAW_MEL_BINS, low_freq=20.0, high_freq=min(16000.0, sample_rate / 2.0),
                        window_type="hanning")
@@ -27,8 +26,6 @@ def pooled_log_mel(waves: np.ndarray, sample_rate: int, batch: int = 64) -> np.n
     """The raw-audio baseline of `jepa probe --raw`: each clip normalised as the objectives do (mean
     removed, peak 1), Kaldi log-mel (`raw_fbank_config`), averaged over time: float32 [N, 128]."""
     import jax
-
-    from jepa_cli.data.fbank import fbank
 
     config = raw_fbank_config(sample_rate)
     waves = np.asarray(waves)

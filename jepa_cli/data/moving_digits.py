@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from jepa_cli.data.video import ClipOptions, clip_attributes, video_source
+from jepa_cli.data.clips import ClipOptions
+from jepa_cli.data.digits import load_digit_images
+from jepa_cli.data.video import clip_attributes, video_source
 from jepa_cli.errors import InputError
 
 DIRECTIONS = ["up-left", "up-right", "down-left", "down-right"]
@@ -27,8 +29,6 @@ def moving_digits(query: str) -> Any:
     for key, value in options.items():
         if value not in allowed[key]:
             raise InputError(f"builtin:moving-digits: {key} must be {' or '.join(allowed[key])}, got {value!r}")
-    from jepa_cli.data.sources import load_digit_images
-
     glyphs, digit_labels, digit_names = load_digit_images()
     n, size, count = len(glyphs), int(options["size"]), int(options["digits"])
     scale = size // 16  # 8x8 glyphs drawn at half the frame's size: 16x16 in 32x32

@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from jepa_cli.data import atomic, store
+from jepa_cli.data.fbank import fbank
 from jepa_cli.data.log_mel import RAW_MEL_BINS, raw_fbank_config
+from jepa_cli.data.preview import preview_images
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 
@@ -20,8 +22,6 @@ def write_strip_png(data: str | Path, png: str | Path, samples: int, force: bool
     import io
 
     from PIL import Image
-
-    from jepa_cli.data.preview import preview_images
 
     atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture", [data])
     x = preview_images(str(data), samples)  # uint8 [n, (T,) H, W, 3]
@@ -55,8 +55,6 @@ def spectrogram_png(dataset: str | Path, png_path: str | Path, samples: int = 4,
 
     import jax
     from PIL import Image
-
-    from jepa_cli.data.fbank import fbank
 
     dataset = Path(dataset)
     attrs = store.read_attributes(dataset)

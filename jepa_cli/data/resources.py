@@ -8,18 +8,21 @@ import os
 import shutil
 from pathlib import Path
 
+from jepa_cli.data import buckets
+from jepa_cli.data.urls import BucketPath, location
 from jepa_cli.errors import InputError
 
 
 def check_room(output: str | os.PathLike, disk: int, memory: int, disk_hint: str, memory_hint: str) -> None:
     """InputError if writing `output` needs more than the free disk of its folder (`disk` bytes) or
     the memory this process can still get (`memory` bytes); the message gives both figures and a hint."""
-    output = Path(output)
+    output = location(output)
     check_memory(output, memory, memory_hint)
-    free_disk = shutil.disk_usage(output.parent).free
+    folder = buckets.staging_root() if isinstance(output, BucketPath) else output.parent  # where it is written
+    free_disk = shutil.disk_usage(folder).free
     if disk > free_disk:
         raise InputError(f"{output}: needs about {format_bytes(disk)} of disk but {format_bytes(free_disk)} is "
-                         f"free in {output.parent}; {disk_hint}")
+                         f"free in {folder}; {disk_hint}")
 
 def check_memory(where: str | os.PathLike, memory: int, hint: str) -> None:
     """InputError naming `where` if `memory` bytes exceed what this process can still get; the message

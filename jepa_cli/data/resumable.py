@@ -20,16 +20,22 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data import buckets
 from jepa_cli.data.files import read_json, replace_file
+from jepa_cli.data.jsonvalues import json_value
+from jepa_cli.data.urls import BucketPath, location
 
 PARTIAL_SUFFIX = ".partial"
 JOB_FILE = "job.json"
 PROGRESS_DIR = "progress"
 
 
-def partial_path(output: str | os.PathLike) -> Path:
-    """`.NAME.partial` beside the output `NAME`."""
-    output = Path(output)
+def partial_path(output: str | os.PathLike | BucketPath) -> Path:
+    """`.NAME.partial` beside the output `NAME`; for an output in a bucket, in its local staging
+    folder (`buckets.staging_folder`), from which the finished output is published."""
+    output = location(output)
+    if isinstance(output, BucketPath):
+        return buckets.staging_folder(output) / f".{output.name}{PARTIAL_SUFFIX}"
     return output.with_name(f".{output.name}{PARTIAL_SUFFIX}")
 
 
@@ -39,7 +45,7 @@ def open_partial(tmp: Path, job: dict[str, Any], layout: dict[str, Any], log: Ca
     recorded one when it holds the same job (its layout wins: a resume keeps the units it started
     with), else a fresh one, after emptying `tmp`. `changed(known_job)` may say why a recorded job
     differs (e.g. "SOURCE changed since it was started"); the default reason is "another job"."""
-    job = json.loads(json.dumps(job))  # as it reads back from job.json
+    job = json_value(job)  # as it reads back from job.json
     job_path = tmp / JOB_FILE
     if job_path.exists():
         try:

@@ -1,6 +1,6 @@
 """Where `jepa ingest` reads samples from: image folders or files, .npy/.npz arrays, IDX files, built-ins.
 
-A `Source` knows how many samples it has and their labels up front (cheap: file listings and
+A `Source` (data/samples.py) knows how many samples it has and their labels up front (cheap: file listings and
 label files only) and decodes one sample at a time, so a folder of a million images is never
 held in memory.
 """
@@ -11,16 +11,18 @@ import gzip
 import math
 import struct
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from jepa_cli.data import folders, labels
+from jepa_cli.data import folders, labels, moving_digits, resources, video
+from jepa_cli.data.digits import load_digit_images
 from jepa_cli.data.files import check_regular
 from jepa_cli.data.folders import IMAGE_EXTENSIONS
 from jepa_cli.data.labels import Naming
+from jepa_cli.data.pixels import to_uint8
+from jepa_cli.data.samples import BadSample, Source
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 from jepa_cli.names import BUILTIN_SOURCES
@@ -36,36 +38,11 @@ IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dty
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 
-class BadSample(Exception):
-    """One sample that cannot be decoded; `--skip-bad` skips it, otherwise it is an InputError."""
-
-
-@dataclass
-class Source:
-    """A random-access collection of samples with labels known up front."""
-
-    description: str
-    count: int
-    read: Callable[[int], Any]  # index -> PIL.Image or np.ndarray [H, W] / [H, W, C]; raises BadSample
-    item_name: Callable[[int], str]  # index -> name used in error messages
-    labels: np.ndarray | None = None  # int32 [count]
-    class_names: list[str] = field(default_factory=list)
-    paths: list[Path] = field(default_factory=list)  # the files and folders it reads (an output must avoid them)
-    codec: Any = None  # how ingest converts samples: None for images; video.ClipCodec for clips
-    attributes: dict[str, Any] = field(default_factory=dict)  # extra dataset attributes (video: frames, fps, ...)
-    # video: the shape [T, H, W, C] of the first sample at its own size, from headers only (None when
-    # they cannot tell), so that ingest refuses a clip too big for memory before decoding one
-    peek: Callable[[], tuple[int, ...] | None] | None = None
-    groups: np.ndarray | None = None  # int32 [count], indices into group_names: what --split keeps together
-    group_names: list[str] = field(default_factory=list)
-    grouping: dict[str, Any] | None = None  # how the groups were found (data/labels.py Naming.provenance)
-
-
 def open_source(spec: str, labels_path: str | None = None, clip: Any = None, *, label_regex: str | None = None,
                 group_regex: str | None = None, group_column: str | None = None) -> Source:
     """Opens `spec`: `builtin:NAME`, a folder of images, one image, a .npy/.npz file or an IDX file (maybe .gz),
     or video (data/video.py): a video file, a folder of videos or frame folders, a [N, T, H, W, C]
-    array. `clip` (video.ClipOptions) says how clips are cut; set options are refused for images.
+    array. `clip` (clips.ClipOptions) says how clips are cut; set options are refused for images.
     `labels_path` is a label file of an array source, or a labels CSV of a folder; `label_regex`,
     `group_regex` and `group_column` name a folder's items (data/labels.py)."""
     source = _open_source(spec, labels_path, clip, label_regex, group_regex, group_column)
@@ -76,8 +53,6 @@ def open_source(spec: str, labels_path: str | None = None, clip: Any = None, *, 
 
 def _open_source(spec: str, labels_path: str | None, clip: Any, label_regex: str | None, group_regex: str | None,
                  group_column: str | None) -> Source:
-    from jepa_cli.data import moving_digits, video
-
     path = Path(spec)
     if path.is_dir() and not spec.startswith("builtin:"):
         naming = Naming(labels_path, label_regex, group_regex, group_column)
@@ -128,31 +103,10 @@ def _open_source(spec: str, labels_path: str | None, clip: Any, label_regex: str
     return source
 
 
-def load_digit_images() -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The 1,797 8x8 handwritten digits bundled with scikit-learn (UCI optdigits test set): images
-    uint8 [1797, 8, 8] in 0..255, labels int32 [1797] and the class names "0".."9". scikit-learn is
-    the optional `digits` extra.
-
-    The file is read as sklearn.datasets.load_digits reads it (sklearn/datasets/_base.py: 64 pixel
-    columns in 0..16, then the label), without importing scikit-learn, which takes 2 s."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
-    folder = Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
-    table = folder / "datasets" / "data" / "digits.csv.gz" if folder else None
-    if table is None or not table.is_file():
-        raise InputError("builtin digits need scikit-learn: pip install 'jepa-cli[digits]'")
-    with gzip.open(table, "rt", encoding="utf-8") as fh:
-        rows = np.loadtxt(fh, delimiter=",")  # [1797, 65]
-    images = np.round(rows[:, :-1].reshape(-1, 8, 8) * (255.0 / 16.0)).astype(np.uint8)
-    labels = rows[:, -1].astype(np.int32)
-    return images, labels, [str(c) for c in range(10)]
-
-
 def _builtin(name: str) -> Source:
     if name not in BUILTINS:
         raise InputError(f"builtin:{name}: unknown built-in source (known: {', '.join('builtin:' + n for n in BUILTINS)})")
-    if name == "tones":  # audio: jepa_cli.data.audio.tones_source
+    if name == "tones":  # audio: jepa_cli.data.tones.tones_source
         raise InputError("builtin:tones is an audio source (jepa_cli.data.audio.open_audio_source)")
     images, labels, class_names = load_digit_images()
     source = _array_source(Path("builtin:digits"), images, "builtin:digits")
@@ -254,8 +208,6 @@ def _npz(path: Path, clip: Any = None) -> Source:
 def _npz_member(archive, path: Path, key: str) -> np.ndarray:
     """One array of a .npz; InputError naming the file and key if it is truncated, corrupt or holds objects,
     or if the memory its header announces is more than is available (it is decompressed whole)."""
-    from jepa_cli.data import resources
-
     announced = _npz_member_bytes(archive, key)
     if announced is not None:
         resources.check_memory(f"{path}[{key}]", announced, "a .npz array is decompressed whole; save it as .npy, "
@@ -287,9 +239,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _array_source(path: Path, array: np.ndarray, description: str, clip: Any = None) -> Source:
     if array.ndim == 5:  # [N, T, H, W, C] clips
-        from jepa_cli.data.video import array_source
-
-        return array_source(path, array, description, clip)
+        return video.array_source(path, array, description, clip)
     if array.ndim not in (3, 4) or (array.ndim == 4 and array.shape[-1] not in (1, 3, 4)):
         raise InputError(f"{path}: expected images [N, H, W] or [N, H, W, C] with C in 1, 3, 4; got shape {list(array.shape)}")
     if not (array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
@@ -299,32 +249,6 @@ def _array_source(path: Path, array: np.ndarray, description: str, clip: Any = N
         return to_uint8(np.asarray(array[i]), f"{path}[{i}]")
 
     return Source(description, int(array.shape[0]), read, lambda i: f"{path}[{i}]")
-
-
-def to_uint8(sample: np.ndarray, name: str) -> np.ndarray:
-    """Pixels as uint8, scaled by the range their dtype stands for (docs/formats.md, "Pixel values").
-
-    uint8 passes; bool: x 255; uint16 (16-bit pixels): round(v / 257); other integers must lie in
-    [0, 255] and pass; floats must be finite and in [0, 1]: round(v * 255). Anything else is a
-    BadSample naming `name`.
-    """
-    if sample.dtype == np.uint8:
-        return sample
-    if sample.dtype == np.bool_:
-        return sample.astype(np.uint8) * 255
-    if sample.dtype.kind == "u" and sample.dtype.itemsize == 2:  # uint16, either byte order; 65535 / 257 = 255
-        return np.round(sample / 257.0).astype(np.uint8)
-    if np.issubdtype(sample.dtype, np.integer):
-        if sample.size and (sample.min() < 0 or sample.max() > 255):
-            raise BadSample(f"{name}: integer pixels outside [0, 255] (min {sample.min()}, max {sample.max()}); "
-                            "store 8-bit values as uint8 or 16-bit values as uint16")
-        return sample.astype(np.uint8)
-    if np.issubdtype(sample.dtype, np.floating):
-        if sample.size and (not np.isfinite(sample).all() or sample.min() < 0 or sample.max() > 1):
-            raise BadSample(f"{name}: float pixels must be finite and lie in [0, 1] (min {sample.min():g}, "
-                            f"max {sample.max():g}); rescale them first")
-        return np.round(sample * 255.0).astype(np.uint8)
-    raise BadSample(f"{name}: unsupported pixel dtype {sample.dtype}")
 
 
 SOURCE_KINDS = (f"SOURCE may be a folder of images, an image file ({', '.join(sorted(IMAGE_EXTENSIONS))}), "
@@ -339,8 +263,6 @@ def read_idx(path: Path, otherwise: str = "") -> np.ndarray:
     The data is read only after the memory its header announces has been checked (a small .gz may
     unpack to gigabytes), and never past those bytes."""
     tail = f"; {otherwise}" if otherwise else ""
-    from jepa_cli.data import resources
-
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:

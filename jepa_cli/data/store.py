@@ -17,7 +17,9 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli import __version__
+from jepa_cli.data import buckets
 from jepa_cli.data.files import check_regular_tree, read_json, replace_file
+from jepa_cli.data.urls import BucketPath, failure, location
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark, signals_deferred
 
 GROUP_METADATA = "zarr.json"
@@ -54,16 +56,22 @@ def utf8_text(value: Any) -> Any:
         return [utf8_text(v) for v in value]
     return value
 
-def read_attributes(path: str | os.PathLike) -> dict[str, Any]:
-    """The attributes of the zarr v3 group at `path`; InputError if it is not one or is damaged."""
+def read_attributes(path: str | os.PathLike | BucketPath) -> dict[str, Any]:
+    """The attributes of the zarr v3 group at `path` (a folder or a bucket URL); InputError if it is
+    not one or is damaged."""
+    path = location(path)
     meta = read_metadata(path, "group")
     if not isinstance(meta.get("attributes", {}), dict):
-        raise InputError(f"{Path(path) / GROUP_METADATA}: its attributes are not a JSON object; {REWRITE}")
+        raise InputError(f"{path / GROUP_METADATA}: its attributes are not a JSON object; {REWRITE}")
     return meta.get("attributes", {})
 
-def read_metadata(path: str | os.PathLike, node_type: str) -> dict[str, Any]:
-    """The parsed zarr.json of the zarr v3 `node_type` ("group" or "array") at `path`; InputError
-    naming the file if it is missing, not JSON, or describes something else."""
+def read_metadata(path: str | os.PathLike | BucketPath, node_type: str) -> dict[str, Any]:
+    """The parsed zarr.json of the zarr v3 `node_type` ("group" or "array") at `path` (a folder or
+    a bucket prefix); InputError naming the file if it is missing, not JSON, or describes something
+    else. A bucket prefix without its group zarr.json is incomplete (`buckets.missing_group`)."""
+    path = location(path)
+    if isinstance(path, BucketPath):
+        return _bucket_metadata(path, node_type)
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -78,11 +86,31 @@ def read_metadata(path: str | os.PathLike, node_type: str) -> dict[str, Any]:
         raise InputError(f"{meta_path}: not the metadata of a zarr v3 {node_type}; {REWRITE}")
     return meta
 
+def _bucket_metadata(url: BucketPath, node_type: str) -> dict[str, Any]:
+    """read_metadata for a bucket prefix."""
+    from jepa_cli.data.files import DamagedFile, parse_json
+
+    raw = buckets.read_object(url, GROUP_METADATA)
+    if raw is None:
+        raise buckets.missing_group(url)
+    try:
+        meta = parse_json(raw, url / GROUP_METADATA)
+    except DamagedFile as exc:
+        raise InputError(f"{url / GROUP_METADATA}: corrupt zarr metadata ({exc.reason}); {REWRITE}") from None
+    if not isinstance(meta, dict) or meta.get("node_type") != node_type:
+        raise InputError(f"{url / GROUP_METADATA}: not the metadata of a zarr v3 {node_type}; {REWRITE}")
+    return meta
+
 def base_attributes(kind: str, **extra: Any) -> dict[str, Any]:
     """Attributes every file this tool writes carries: what it is and which version wrote it."""
     return {"jepa_kind": kind, "jepa_version": __version__, **extra}
 
-def _spec(path: Path) -> dict[str, Any]:
+def zarr_spec(path: str | os.PathLike | BucketPath) -> dict[str, Any]:
+    """The TensorStore spec of the zarr v3 array at `path`: a folder, or a bucket prefix
+    (`BucketPath.kvstore`: endpoint, region and credentials from the environment)."""
+    path = location(path)
+    if isinstance(path, BucketPath):
+        return {"driver": "zarr3", "kvstore": path.kvstore()}
     return {"driver": "zarr3", "kvstore": {"driver": "file", "path": check_utf8(path)}}
 
 def check_utf8(path: str | os.PathLike) -> str:
@@ -116,7 +144,7 @@ def create_array(path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtyp
     codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if compress:
         codecs.append({"name": "zstd", "configuration": {"level": 3, "checksum": False}})
-    spec = _spec(Path(path)) | {
+    spec = zarr_spec(path) | {
         "metadata": {
             "shape": list(shape),
             "data_type": _zarr_dtype(dtype),
@@ -160,16 +188,23 @@ def write_array(path: str | os.PathLike, array: np.ndarray, chunk_n: int | None 
     store = create_array(path, array.shape, array.dtype, chunk_n)
     complete(lambda: store.write(array))
 
-def open_array(path: str | os.PathLike, write: bool = False):
-    """Opens an existing zarr v3 array with TensorStore; InputError if it is missing or its
-    metadata is damaged."""
+def open_array(path: str | os.PathLike | BucketPath, write: bool = False):
+    """Opens an existing zarr v3 array (in a folder or a bucket) with TensorStore; InputError if it
+    is missing or its metadata is damaged."""
     import tensorstore as ts
 
+    path = location(path)
+    if isinstance(path, BucketPath):
+        read_metadata(path, "array")
+        try:
+            return ts.open(zarr_spec(path) | {"open": True}, read=True, write=write).result()
+        except ValueError as exc:
+            raise failure(path, exc) from None
     path = Path(path)
     if not (path / "zarr.json").exists():
         raise InputError(f"{path}: no zarr array here")
     check_regular_tree(path)  # a chunk that is a named pipe would hang TensorStore's read
-    spec = _spec(path) | {"open": True}
+    spec = zarr_spec(path) | {"open": True}
     try:
         return ts.open(spec, read=True, write=write).result()
     except ValueError as exc:
@@ -239,8 +274,11 @@ def resize_first_axis(store, n: int):
     """Shrinks or grows the first axis of an open array to `n`; returns the resized store."""
     return complete(lambda: store.resize(exclusive_max=[n] + list(store.shape[1:]), shrink_only=False))
 
-def disk_bytes(path: str | os.PathLike) -> int:
-    """Bytes the directory tree at `path` takes on disk (file sizes)."""
+def disk_bytes(path: str | os.PathLike | BucketPath) -> int | None:
+    """Bytes the directory tree at `path` takes on disk (file sizes); None for a bucket prefix,
+    whose object sizes TensorStore's listing does not give."""
+    if isinstance(location(path), BucketPath):
+        return None
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
@@ -248,13 +286,16 @@ def disk_bytes(path: str | os.PathLike) -> int:
                 total += os.path.getsize(os.path.join(root, name))
     return total
 
-def dataset_fingerprint(path: str | os.PathLike) -> str:
+def dataset_fingerprint(path: str | os.PathLike | BucketPath) -> str:
     """A SHA-256 of what a dataset directory holds, without reading its data: the group's and each
     array's zarr.json bytes, and every chunk file's relative path, size and mtime (ns).
 
     Re-ingesting a dataset under the same path and shape rewrites its chunk files (new mtimes,
     usually new sizes), so the fingerprint changes: a resumable job keyed on it never mixes the
-    old content with the new."""
+    old content with the new. In a bucket: `buckets.fingerprint` (each object's generation)."""
+    path = location(path)
+    if isinstance(path, BucketPath):
+        return buckets.fingerprint(path)
     root = Path(path)
     digest = hashlib.sha256()
     for file in sorted(p for p in root.rglob("*") if p.is_file()):

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from jepa_cli.data.audio import AudioSource
+from jepa_cli.data.samples import AudioSource
 from jepa_cli.errors import InputError
 
 TONES_PER_CLASS = 30

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jepa_cli.data import store
-from jepa_cli.data.files import read_json
+from jepa_cli.data.urls import location
 from jepa_cli.errors import InputError
 
 # What each modality's `inputs` array holds per example: (ranks of one example, dtypes, description).
@@ -28,7 +28,7 @@ def check_dataset(path: str | Path) -> dict[str, Any]:
     Returns {num_samples, modality, shape (of one example), dtype, num_classes, attrs}, and for
     images also {height, width, channels}. The objective's modalities are checked by
     `check_modality`."""
-    path = Path(path)
+    path = location(path)
     if not path.exists():
         raise InputError(f"{path}: no such dataset")
     attrs = store.read_attributes(path)
@@ -39,12 +39,12 @@ def check_dataset(path: str | Path) -> dict[str, Any]:
     if modality not in EXAMPLE_RULES:
         raise InputError(f"{path}: unknown modality {modality!r} (known: {', '.join(EXAMPLE_RULES)})")
     meta_path = path / "inputs" / "zarr.json"
-    if not meta_path.exists():
+    if not (path / "inputs").exists():
         raise InputError(f"{path}: a dataset needs an 'inputs' array")
     try:
-        meta = read_json(meta_path)
+        meta = store.read_metadata(path / "inputs", "array")
         shape, dtype = [int(n) for n in meta["shape"]], meta["data_type"]
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, InputError):
         raise InputError(f"{meta_path}: damaged array metadata (not zarr v3 JSON with a shape and data_type); "
                          "ingest the dataset again") from None
     ranks, dtypes, what = EXAMPLE_RULES[modality]
@@ -68,5 +68,5 @@ def check_modality(path: str | Path, ds: dict[str, Any], objective: Any, name: s
     if ds["modality"] not in modalities:
         raise InputError(f"{path}: modality is {ds['modality']!r}, objective {name!r} trains on "
                          f"{' or '.join(repr(m) for m in modalities)}")
-    if getattr(objective, "uses_labels", False) and not (Path(path) / "labels").exists():
+    if getattr(objective, "uses_labels", False) and not (location(path) / "labels").exists():
         raise InputError(f"{path}: has no labels, which objective {name!r} needs")

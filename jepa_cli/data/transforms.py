@@ -225,11 +225,27 @@ def colour_jitter(x: np.ndarray, rng: np.random.Generator, strengths=(0.4, 0.4, 
 
 @dataclasses.dataclass(frozen=True)
 class ViewSpec:
-    """One kind of view (global or local): how many, their size (h, w) and crop area scale."""
+    """One kind of view (global or local): how many, their size (h, w), crop area scale and, for
+    clips, their length in frames (None: images)."""
 
     count: int
     size: tuple[int, int]
     scale: tuple[float, float]
+    frames: int | None = None
+
+
+def _augment(x: np.ndarray, rng: np.random.Generator, hflip: bool, jitter_prob: float, jitter,
+             grayscale_prob: float) -> np.ndarray:
+    """float pixels [..., h, w, C] in [0, 255] (an image or every frame of a clip, one draw for all):
+    flipped horizontally with probability 0.5, colour-jittered with probability `jitter_prob`, turned
+    grey with probability `grayscale_prob` (3 channels only)."""
+    if hflip and rng.random() < 0.5:
+        x = x[..., ::-1, :]
+    if rng.random() < jitter_prob:
+        x = colour_jitter(x, rng, jitter)
+    if x.shape[-1] == 3 and rng.random() < grayscale_prob:
+        x = np.repeat(_gray(x), 3, axis=-1)
+    return np.ascontiguousarray(x)
 
 
 def multi_view(views: tuple[ViewSpec, ...], keys: tuple[str, ...], mean=IMAGENET_MEAN, std=IMAGENET_STD,
@@ -244,13 +260,7 @@ def multi_view(views: tuple[ViewSpec, ...], keys: tuple[str, ...], mean=IMAGENET
     def one_view(image: np.ndarray, spec: ViewSpec, rng: np.random.Generator) -> np.ndarray:
         top, left, h, w = random_resized_crop_box(image.shape[0], image.shape[1], rng, spec.scale, ratio)
         x = _resize(image, (left, top, left + w, top + h), spec.size)
-        if hflip and rng.random() < 0.5:
-            x = x[:, ::-1]
-        if rng.random() < jitter_prob:
-            x = colour_jitter(x, rng, jitter)
-        if x.shape[-1] == 3 and rng.random() < grayscale_prob:
-            x = np.repeat(_gray(x), 3, axis=-1)
-        return _normalise(np.ascontiguousarray(x), mean, std)
+        return _normalise(_augment(x, rng, hflip, jitter_prob, jitter, grayscale_prob), mean, std)
 
     def transform(example: dict, rng: np.random.Generator) -> dict:
         image = _as_hwc(example["image"])
@@ -258,6 +268,36 @@ def multi_view(views: tuple[ViewSpec, ...], keys: tuple[str, ...], mean=IMAGENET
         for spec, key in zip(views, keys):
             if spec.count:
                 out[key] = np.stack([one_view(image, spec, rng) for _ in range(spec.count)])
+        return out
+
+    return transform
+
+
+def clip_multi_view(views: tuple[ViewSpec, ...], keys: tuple[str, ...], mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                    ratio=(3 / 4, 4 / 3), hflip: bool = True, jitter_prob: float = 0.8, jitter=(0.4, 0.4, 0.2),
+                    grayscale_prob: float = 0.2):
+    """Spatio-temporal multi-crop of ``example["video"]`` (uint8 [T, H, W, C]): for each ViewSpec,
+    `count` views, each a window of `spec.frames` consecutive frames at a uniformly drawn start, every
+    frame cut by the view's one random resized crop box (as V-JEPA's clip crop) and augmented with
+    the view's one draw of `multi_view`'s flip, colour jitter and grey -> float32 [count, frames, h,
+    w, C] under the key of `keys` at its place (a spec of count 0 gives no key)."""
+
+    def one_view(clip: np.ndarray, spec: ViewSpec, rng: np.random.Generator) -> np.ndarray:
+        t = clip.shape[0]
+        start = int(rng.integers(0, t - spec.frames + 1))
+        top, left, h, w = random_resized_crop_box(clip.shape[1], clip.shape[2], rng, spec.scale, ratio)
+        box = (left, top, left + w, top + h)
+        x = np.stack([_resize(_as_hwc(f), box, spec.size) for f in clip[start:start + spec.frames]])
+        return _normalise(_augment(x, rng, hflip, jitter_prob, jitter, grayscale_prob), mean, std)
+
+    def transform(example: dict, rng: np.random.Generator) -> dict:
+        clip = np.asarray(example["video"])
+        out = dict(example)
+        for spec, key in zip(views, keys):
+            if spec.count:
+                if spec.frames is None or not 0 < spec.frames <= clip.shape[0]:
+                    raise InputError(f"clips of {clip.shape[0]} frames are shorter than the views' {spec.frames}")
+                out[key] = np.stack([one_view(clip, spec, rng) for _ in range(spec.count)])
         return out
 
     return transform

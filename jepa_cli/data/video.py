@@ -1,6 +1,6 @@
 """Video sources for `jepa ingest`: clip arrays, folders of frame images, video files (PyAV; their frames
 are read by video_decode.py), and `builtin:moving-digits` (moving_digits.py). Every one yields clips
-uint8 [T, H, W, C] (docs/formats.md, "Video").
+uint8 [T, H, W, C] (docs/formats.md, "Video"), cut as clips.py's `ClipOptions` say.
 
 A video (a file, a folder of frames, or one row of a [N, T, H, W, C] array) gives `clips_per_video`
 clips of `frames` frames taken every `frame_stride` frames, their starts evenly spaced over the
@@ -12,70 +12,23 @@ from __future__ import annotations
 
 import functools
 import math
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data import folders
-from jepa_cli.data.folders import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from jepa_cli.data import folders, resources, video_decode
+from jepa_cli.data.clips import ClipOptions, clip_indices, images_in, span
+from jepa_cli.data.folders import VIDEO_EXTENSIONS
+from jepa_cli.data.ingest import SAMPLES_IN_MEMORY
+from jepa_cli.data.labels import class_ids, name_items
+from jepa_cli.data.pixels import GRAY_MODES, fit, to_pixels, to_uint8
+from jepa_cli.data.samples import BadSample, Source
 from jepa_cli.data.store import utf8_text
 from jepa_cli.errors import InputError
 
-DEFAULT_FRAMES, DEFAULT_STRIDE = 16, 4  # V-JEPA configs/pretrain/vitl16.yaml: num_frames 16, sampling_rate 4
 MISSING_PYAV = "decoding video files needs PyAV: pip install 'jepa-cli[video]'"
-MAX_CLIP_FRAMES = 1 << 16  # 36 minutes at 30 fps in one clip
 INDEX_BYTES = 24  # per clip: its int32 label, its int64 row index and temporaries while they are computed
-
-
-@dataclass(frozen=True)
-class ClipOptions:
-    """How clips are cut from a video (None: the source's default) and what a too-short video does:
-    padded by repeating its last frame, or skipped (`skip_short`, from --skip-bad)."""
-
-    frames: int | None = None
-    frame_stride: int | None = None
-    clips_per_video: int | None = None
-    skip_short: bool = False
-
-    def __post_init__(self):
-        for name in ("frames", "frame_stride", "clips_per_video"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-        if self.frames is not None and self.frames > MAX_CLIP_FRAMES:
-            raise InputError(f"--frames {self.frames}: the limit is {MAX_CLIP_FRAMES} frames per clip (each frame of "
-                             "a clip is converted and resized on its own: more would run for hours)")
-
-    @property
-    def explicit(self) -> bool:
-        """Whether the user set any clip option (they apply to video sources only)."""
-        return any(v is not None for v in (self.frames, self.frame_stride, self.clips_per_video))
-
-    def resolved(self, decoded: bool) -> "ClipOptions":
-        """Video files and frame folders: V-JEPA's 16 frames every 4 unless set; arrays keep each row's
-        frames (stride 1) unless set; one clip per video."""
-        frames = self.frames if self.frames is not None or not decoded else DEFAULT_FRAMES
-        stride = self.frame_stride or (DEFAULT_STRIDE if decoded else 1)
-        return ClipOptions(frames, stride, self.clips_per_video or 1, self.skip_short)
-
-
-def clip_indices(length: int, options: ClipOptions) -> list[np.ndarray]:
-    """Frame indices of each clip of a video of `length` frames (K evenly spaced starts; indices past
-    the end repeat the last frame)."""
-    frames = options.frames or length
-    last_start = max(length - span(options, length), 0)
-    starts = np.round(np.linspace(0, last_start, options.clips_per_video)).astype(int)
-    stride = min(options.frame_stride, max(length, 1))  # a longer stride reaches past the end just the same
-    return [np.minimum(s + np.arange(frames) * stride, length - 1) for s in starts]
-
-
-def span(options: ClipOptions, length: int) -> int:
-    """Frames one clip covers: (frames - 1) x stride + 1."""
-    frames = options.frames or length
-    return (frames - 1) * options.frame_stride + 1
 
 
 # -- how ingest converts and resizes clips (data/ingest.py dispatches on Source.codec) -------------
@@ -88,28 +41,20 @@ class ClipCodec:
     @staticmethod
     def pixels(sample: Any, channels: int | None, name: str) -> np.ndarray:
         """A clip (array [T, H, W(, C)] or list of frames, PIL or arrays) as uint8 [T, H, W, C]."""
-        from jepa_cli.data.ingest import to_pixels
-
         frames = [to_pixels(f, channels, name) for f in sample]
         if not frames:
-            from jepa_cli.data.sources import BadSample
-
             raise BadSample(f"{name}: the clip has no frames")
         if channels is None and len({f.shape[-1] for f in frames}) > 1:  # gray and colour frames mixed
             frames = [to_pixels(f, 3, name) for f in frames]
         first = frames[0].shape
         for i, f in enumerate(frames):
             if f.shape != first:
-                from jepa_cli.data.sources import BadSample
-
                 raise BadSample(f"{name}: frame {i} is {f.shape[0]}x{f.shape[1]} but frame 0 is "
                                 f"{first[0]}x{first[1]} (every frame of a clip must have one size)")
         return np.stack(frames)
 
     @staticmethod
     def fit(clip: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
-        from jepa_cli.data.ingest import fit
-
         if size is None or clip.shape[1:3] == tuple(size):
             return clip
         return np.stack([fit(f, size) for f in clip])
@@ -132,9 +77,7 @@ def clip_attributes(options: ClipOptions, frames: int, fps: float | None) -> dic
 
 def video_source(description, count, read, item_name, labels=None, class_names=(), paths=(), attributes=None,
                  peek=None) -> Any:
-    """A sources.Source of clips (ClipCodec)."""
-    from jepa_cli.data.sources import Source
-
+    """A samples.Source of clips (ClipCodec)."""
     return Source(description, count, read, item_name, labels, list(class_names), list(paths),
                   codec=ClipCodec, attributes=attributes or {}, peek=peek)
 
@@ -142,8 +85,6 @@ def video_source(description, count, read, item_name, labels=None, class_names=(
 def _per_clip_labels(labels: np.ndarray, k: int, where: str) -> np.ndarray:
     """`labels` (one per video) repeated for each of the video's `k` clips; InputError naming `where`
     when the clips' labels and indices alone need more memory than is available."""
-    from jepa_cli.data import resources
-
     clips = len(labels) * k
     resources.check_memory(where, clips * (4 + INDEX_BYTES), f"{len(labels)} video(s) x --clips-per-video {k} = "
                        f"{clips} clips; pass a smaller --clips-per-video")
@@ -153,8 +94,6 @@ def _per_clip_labels(labels: np.ndarray, k: int, where: str) -> np.ndarray:
 # -- arrays [N, T, H, W, C] --------------------------------------------------------------------
 def array_source(path: Path, array: np.ndarray, description: str, options: ClipOptions | None) -> Any:
     """Each row of a [N, T, H, W, C] array is a video; K clips per row (the whole row by default)."""
-    from jepa_cli.data.sources import to_uint8
-
     if array.shape[-1] not in (1, 3, 4):
         raise InputError(f"{path}: expected clips [N, T, H, W, C] with C in 1, 3, 4; got shape {list(array.shape)}")
     if array.shape[1] == 0:
@@ -191,8 +130,6 @@ def _clip_name(video: str, clip: int, k: int) -> str:
 def _check_length(name: str, length: int, options: ClipOptions, attributes: dict) -> None:
     """A video of no frames is a BadSample; one shorter than a clip's span is too with --skip-bad,
     else its clips are padded (by clip_indices) and it is listed in the `padded` attribute."""
-    from jepa_cli.data.sources import BadSample
-
     if length == 0:
         raise BadSample(f"{name}: has no frames")
     need = span(options, length)
@@ -206,14 +143,6 @@ def _check_length(name: str, length: int, options: ClipOptions, attributes: dict
 
 
 # -- folders: video files and folders of frames ------------------------------------------------
-def _natural(path: Path):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
-
-
-def images_in(folder: Path) -> list[Path]:
-    return sorted(folders.files_in(folder, IMAGE_EXTENSIONS), key=_natural)
-
-
 def _videos_in(folder: Path) -> list[Path]:
     return folders.files_in(folder, VIDEO_EXTENSIONS)
 
@@ -267,8 +196,6 @@ def folder_source(root: Path, options: ClipOptions | None, naming: Any = None) -
     class_names = utf8_text(class_names)
     groups, group_names = None, []
     if naming is not None and (naming.relabels or naming.grouped):
-        from jepa_cli.data.labels import class_ids, name_items
-
         named = name_items(root, videos, naming, "videos", None)
         if naming.relabels:
             label_array, class_names = class_ids(named.labels)
@@ -313,8 +240,6 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
     def frames_of(v: int) -> tuple[Callable, int, float | None]:
         video = videos[v]
         name = utf8_text(str(video))
-        from jepa_cli.data import video_decode
-
         if video.is_dir():
             return video_decode.frame_folder(video, name)
         return video_decode.decode_file(video, name, options)
@@ -345,9 +270,6 @@ def _videos_source(description: str, videos: list[Path], options: ClipOptions, l
 def _check_clip_memory(video: Path, options: ClipOptions) -> None:
     """InputError naming `video` when one of its clips, decoded at its own size (from the headers),
     needs more memory than is available: before any of its frames is decoded."""
-    from jepa_cli.data import resources
-    from jepa_cli.data.ingest import SAMPLES_IN_MEMORY
-
     frame = _frame_shape(video)
     if frame is None:
         return
@@ -363,8 +285,6 @@ def _frame_shape(video: Path) -> tuple[int, int, int] | None:
     try:
         if video.is_dir():
             from PIL import Image
-
-            from jepa_cli.data.ingest import GRAY_MODES
 
             with Image.open(images_in(video)[0]) as image:
                 return image.size[1], image.size[0], 1 if image.mode in GRAY_MODES else 3

@@ -8,8 +8,10 @@ from typing import Callable
 
 import numpy as np
 
+from jepa_cli.data.clips import ClipOptions, clip_indices, images_in
+from jepa_cli.data.samples import BadSample
 from jepa_cli.data.store import utf8_text
-from jepa_cli.data.video import ClipOptions, clip_indices, images_in
+
 
 def frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
     """A folder of frame images in natural name order (frame2 before frame10)."""
@@ -17,8 +19,6 @@ def frame_folder(folder: Path, name: str) -> tuple[Callable, int, None]:
 
     def frames_of(idx: np.ndarray) -> list:
         from PIL import Image
-
-        from jepa_cli.data.sources import BadSample
 
         sizes = {}
         for f in files:  # headers only: every frame of the folder, not just the clip's
@@ -60,8 +60,6 @@ def decode_file(path: Path, name: str, options: ClipOptions) -> tuple[Callable, 
     is the container's, or one counting pass when it has none; frames the file turns out not to have
     repeat the last one decoded. FFmpeg decodes with its own threads over the cores."""
     import av
-
-    from jepa_cli.data.sources import BadSample
 
     def fail(exc: Exception) -> BadSample:
         reason = " ".join(str(exc).split())[:160]

@@ -18,7 +18,7 @@ attributes), labels are copied, the group metadata is written and the directory 
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -26,7 +26,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from jepa_cli.data import atomic, locks, resumable, store
+from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.data.resumable import partial_path
+from jepa_cli.data.urls import location
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
 
 POOLS = ("mean", "none")
@@ -55,7 +57,7 @@ def make_step(encode_fn: Callable, params: Any, pool: str, mesh=None):
     features = pooled_features(encode_fn, pool)
     if mesh is None:
         return jax.jit(features), jax.device_put(params)
-    from jepa_cli.training import mesh as meshlib
+    from jepa_cli.training import mesh as meshlib  # imports JAX, which this module's top leaves out
 
     shardings = meshlib.state_shardings(mesh, params)
     batch = meshlib.batch_sharding(mesh)
@@ -153,7 +155,7 @@ def source_attributes(source: str | os.PathLike) -> dict[str, Any]:
     """The group attributes of a dataset that can be encoded; InputError for anything else (a mask
     file, a run, a latent set, a folder)."""
     attrs = store.read_attributes(source)
-    if attrs.get("jepa_kind", "dataset") != "dataset" or not (Path(source) / "inputs").exists():
+    if attrs.get("jepa_kind", "dataset") != "dataset" or not (location(source) / "inputs").exists():
         raise InputError(f"{source}: not a dataset (needs an 'inputs' array)")
     if attrs.get("modality") == "latent":
         provenance = attrs.get("provenance")
@@ -185,74 +187,38 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
     """
     log = on_log or (lambda message: None)
     mark = signal_mark()
-    if pool not in POOLS:
-        raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
-    source, output = Path(source), Path(output)
-    atomic.check_output(output, force, "dataset", [source])
-    src_attrs = source_attributes(source)
-    inputs = store.open_array(source / "inputs")
-    n = int(inputs.shape[0])
-    if n == 0:
-        raise InputError(f"{source}: the dataset is empty")
-    if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
-    batch_size = min(batch_size, n)
-    if mesh is not None:  # the batch splits evenly over data x fsdp: round it up (padding rows are dropped)
-        dp = int(mesh.shape["data"] * mesh.shape["fsdp"])
-        batch_size = -(-batch_size // dp) * dp
-
+    source, output = location(source), location(output)
+    src_attrs, inputs, n = _checked_input(source, output, pool, force)
+    batch_size = _batch_size(batch_size, n, mesh)
     step, placed = make_step(encode_fn, params, pool, mesh)
     modality = src_attrs.get("modality", "image")
     sample_shape = feature_shape(step, placed, store.read(inputs, slice(0, 1)), transform, batch_size, modality,
                                  str(source))
+
+    def encode_rows(a: int, b: int) -> np.ndarray:
+        parts = []
+        for part in encoded_batches(step, placed, store.read(inputs, slice(a, b)), transform, batch_size, modality):
+            parts.append(part)
+            if on_progress:
+                on_progress(len(part))
+        z = np.concatenate(parts, axis=0)
+        check_finite_rows(z, f"{a}..{b - 1} of {source}; {output} not written", encoder_name)
+        return z
 
     chunk_n = chunk_n or store.chunk_rows(sample_shape, 4)
     job = dict(job or {}) | {"source": str(source.resolve()), "source_fingerprint": store.dataset_fingerprint(source),
                              "num_samples": n, "pool": pool, "sample_shape": list(sample_shape)}
     tmp = partial_path(output)
     with locks.resumable_partial(tmp, output):  # one writer per partial output
-        # units of whole chunks, at least one batch (a resume keeps the recorded layout)
-        unit_rows = -(-(unit_rows or max(batch_size, chunk_n)) // chunk_n) * chunk_n
-        state = resumable.open_partial(tmp, job, {"unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}, log,
-                                       changed=lambda known: _why_changed(known, job))
-        unit_rows, chunk_n = state["unit_rows"], state["chunk_n"]
-        units = [(a, min(a + unit_rows, n)) for a in range(0, n, unit_rows)]
-        unit_stats = {i: _unit_stats(resumable.read_unit(tmp, i, log)) for i in range(len(units))}
+        units, unit_stats, chunk_n = _open_units(tmp, job, n, unit_rows or max(batch_size, chunk_n), chunk_n, log)
         done = {i for i, stats in unit_stats.items() if stats is not None}
         if on_start:
             on_start(n, sum(units[i][1] - units[i][0] for i in done))
-
         z_store = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
             store.create_array(tmp / "inputs", (n,) + sample_shape, np.float32, chunk_n=chunk_n)
-        for i, (a, b) in enumerate(units):
-            if i in done:
-                continue
-            raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: stop at a unit's edge
-            raw = store.read(inputs, slice(a, b))
-            parts = []
-            for part in encoded_batches(step, placed, raw, transform, batch_size, modality):
-                parts.append(part)
-                if on_progress:
-                    on_progress(len(part))
-            z = np.concatenate(parts, axis=0)
-            check_finite_rows(z, f"{a}..{b - 1} of {source}; {output} not written", encoder_name)
-            store.complete(lambda: z_store[a:b].write(z))
-            unit_stats[i] = chunk_stats(z)
-            count, mean, m2 = unit_stats[i]
-            resumable.mark_unit(tmp, i, count=np.int64(count), mean=mean, m2=m2)
-
-        stats = None
-        for i in range(len(units)):
-            stats = unit_stats[i] if stats is None else merge_stats(stats, unit_stats[i])
-        shift, scale = shift_scale(stats)
-        labels_copied = (source / "labels").exists()
-        if labels_copied:
-            store.write_array(tmp / "labels", store.read_array(source / "labels"))
-        attrs = store.base_attributes(
-            "dataset", modality="latent", layout="ND" if len(sample_shape) == 1 else "NTD",
-            class_names=list(src_attrs.get("class_names") or []), source=str(source), split=src_attrs.get("split"),
-            num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {}))
-        store.write_group(tmp, attrs)
+        _encode_units(tmp, units, done, unit_stats, encode_rows, z_store, mark)
+        shift, scale = shift_scale(functools.reduce(merge_stats, (unit_stats[i] for i in range(len(units)))))
+        labels_copied = _write_latent_group(tmp, source, src_attrs, sample_shape, n, shift, scale, attributes)
         raise_if_signalled_since(mark)  # never commit after a signal, even one a callback swallowed (progress kept)
         resumable.finish(tmp)
         atomic.move_into_place(tmp, output, force, "dataset")  # never over an output that appeared meanwhile
@@ -260,6 +226,74 @@ def encode_dataset(source: str | os.PathLike, output: str | os.PathLike, encode_
                 "batch_size": batch_size, "units": len(units), "units_resumed": len(done),
                 "labels": labels_copied, "latent_shift_mean": float(np.mean(shift)),
                 "latent_scale_mean": float(np.mean(scale))}
+
+
+def _checked_input(source: Path, output: Path, pool: str, force: bool) -> tuple[dict[str, Any], Any, int]:
+    """`source`'s attributes, its inputs array and their rows; InputError for an unknown `pool`, an
+    `output` taken (unless `force`) or that is the source, or a source that is no dataset or is empty."""
+    if pool not in POOLS:
+        raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
+    atomic.check_output(output, force, "dataset", [source])
+    src_attrs = source_attributes(source)
+    inputs = store.open_array(source / "inputs")
+    n = int(inputs.shape[0])
+    if n == 0:
+        raise InputError(f"{source}: the dataset is empty")
+    return src_attrs, inputs, n
+
+
+def _open_units(tmp: Path, job: dict[str, Any], n: int, unit_rows: int, chunk_n: int,
+                log: Callable[[str], None]) -> tuple[list[tuple[int, int]], dict[int, Any], int]:
+    """The units [a, b) of the `n` rows (whole chunks of `chunk_n` rows, at least `unit_rows`; a
+    resumed partial `tmp` keeps its recorded layout), each finished unit's (count, mean, M2) (None: to
+    encode) and the chunk rows."""
+    unit_rows = -(-unit_rows // chunk_n) * chunk_n
+    state = resumable.open_partial(tmp, job, {"unit_rows": int(unit_rows), "chunk_n": int(chunk_n)}, log,
+                                   changed=lambda known: _why_changed(known, job))
+    units = [(a, min(a + state["unit_rows"], n)) for a in range(0, n, state["unit_rows"])]
+    return units, {i: _unit_stats(resumable.read_unit(tmp, i, log)) for i in range(len(units))}, state["chunk_n"]
+
+
+def _write_latent_group(tmp: Path, source: Path, src_attrs: dict[str, Any], sample_shape: tuple[int, ...], n: int,
+                        shift: Any, scale: Any, attributes: dict[str, Any] | None) -> bool:
+    """The latent dataset's labels (copied from `source`'s, when it has them: returns whether) and its
+    attributes: ND or NTD, the source's classes and split, the latents' shift and scale."""
+    labels_copied = (source / "labels").exists()
+    if labels_copied:
+        store.write_array(tmp / "labels", store.read_array(source / "labels"))
+    store.write_group(tmp, store.base_attributes(
+        "dataset", modality="latent", layout="ND" if len(sample_shape) == 1 else "NTD",
+        class_names=list(src_attrs.get("class_names") or []), source=str(source), split=src_attrs.get("split"),
+        num_samples=n, latent_shift=shift, latent_scale=scale, **(attributes or {})))
+    return labels_copied
+
+
+def _batch_size(batch_size: int, n: int, mesh: Any) -> int:
+    """Rows a step encodes: at most `n`, rounded up to split evenly over the mesh's data x fsdp
+    devices (the padding rows are dropped); InputError unless positive."""
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    batch_size = min(batch_size, n)
+    if mesh is not None:
+        dp = int(mesh.shape["data"] * mesh.shape["fsdp"])
+        batch_size = -(-batch_size // dp) * dp
+    return batch_size
+
+
+def _encode_units(tmp: Path, units: list[tuple[int, int]], done: set[int],
+                  unit_stats: dict[int, tuple[int, np.ndarray, np.ndarray] | None],
+                  encode_rows: Callable[[int, int], np.ndarray], z_store: Any, mark: Any) -> None:
+    """Encodes each unit [a, b) not `done` into `z_store`, then records it in the partial `tmp` with
+    its (count, mean, M2) statistics, also kept in `unit_stats`; stops at a unit's edge on a signal."""
+    for i, (a, b) in enumerate(units):
+        if i in done:
+            continue
+        raise_if_signalled_since(mark)  # a signal whose exception a callback swallowed: stop at a unit's edge
+        z = encode_rows(a, b)
+        store.complete(lambda: z_store[a:b].write(z))
+        unit_stats[i] = chunk_stats(z)
+        count, mean, m2 = unit_stats[i]
+        resumable.mark_unit(tmp, i, count=np.int64(count), mean=mean, m2=m2)
 
 
 def _unit_stats(kept: dict[str, np.ndarray] | None) -> tuple[int, np.ndarray, np.ndarray] | None:
@@ -274,7 +308,7 @@ def _unit_stats(kept: dict[str, np.ndarray] | None) -> tuple[int, np.ndarray, np
 
 def _why_changed(known: dict[str, Any], job: dict[str, Any]) -> str:
     """Why a recorded encoding job differs from this one."""
-    job = json.loads(json.dumps(job))
+    job = json_value(job)
     if known.get("source_fingerprint") not in (None, job["source_fingerprint"]) and \
             {k: v for k, v in known.items() if k != "source_fingerprint"} == \
             {k: v for k, v in job.items() if k != "source_fingerprint"}:

@@ -17,6 +17,7 @@ import numpy as np
 
 from jepa_cli.data import store
 from jepa_cli.data.labels import int32_labels
+from jepa_cli.data.urls import location
 from jepa_cli.errors import InputError
 
 
@@ -43,7 +44,7 @@ def load_features(path: str | Path, raw: bool = False, tokens: bool = False, raw
     `tokens=True` gives `[N, T, D]` (vectors become one token; raw samples one token of all pixels).
     `raw_pool` P: raw images and video frames averaged over P x P pixel blocks first (`pool_pixels`).
     """
-    path = Path(path)
+    path = location(path)
     attrs = store.read_attributes(path)
     if attrs.get("jepa_kind", "dataset") != "dataset":
         raise InputError(f"{path}: is a {attrs.get('jepa_kind')!r}, not a dataset")

@@ -21,17 +21,18 @@ import numpy as np
 
 from jepa_cli.data import store
 from jepa_cli.data.labels import int32_labels
+from jepa_cli.data.urls import BucketPath, location
 from jepa_cli.errors import InputError
 
 ENCODE_BATCH = 128  # encode-latents' default --batch-size: the same padding, the same programs
 
 
-def parse_probe_data(value: str | None) -> tuple[Path, Path]:
+def parse_probe_data(value: str | None) -> tuple[Path | BucketPath, Path | BucketPath]:
     """'TRAIN.zarr,TEST.zarr' -> the two paths; InputError for anything else."""
     parts = [p.strip() for p in (value or "").split(",")]
     if len(parts) != 2 or not all(parts):
         raise InputError(f"--probe-data must be TRAIN.zarr,TEST.zarr (two labelled datasets), got {value!r}")
-    return Path(parts[0]), Path(parts[1])
+    return location(parts[0]), location(parts[1])
 
 
 def training_probe(config: Any, objective: Any, abstract_state: Any, out: Path) -> Callable[[Any], dict[str, float]]:
@@ -74,7 +75,7 @@ class OnlineProbe:
 
         if not callable(getattr(objective, "encode", None)):
             raise InputError(f"objective {getattr(objective, 'name', '?')!r} has no encoder to probe")
-        train_path, test_path = Path(train_path), Path(test_path)
+        train_path, test_path = location(train_path), location(test_path)
         transform = objective.eval_transform(image_size)
         sets = []
         for path in (train_path, test_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from jepa_cli.data.urls import location
 from jepa_cli.errors import InputError
 
 DIRECTIONS_STREAM = 0x51C  # folded into the run's seed: the directions' own stream, apart from init and masks
@@ -77,7 +78,7 @@ class QualitySignal:
         from jepa_cli.evaluation.online import ENCODE_BATCH
 
         modality = source_attributes(data).get("modality", "image")
-        raw_array = store.open_array(Path(data) / "inputs")
+        raw_array = store.open_array(location(data) / "inputs")
         self.n = min(int(num_examples), int(raw_array.shape[0]))
         raw = store.read(raw_array, slice(0, self.n))
         transform = objective.eval_transform(image_size)

@@ -12,12 +12,13 @@ through `evaluation.encode.encode_dataset`, recording the run, step and weights 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 from jepa_cli.data import atomic, store
+from jepa_cli.data.jsonvalues import json_value
+from jepa_cli.data.urls import location
 from jepa_cli.errors import InputError
 from jepa_cli.evaluation.encode import POOLS, encode_dataset, source_attributes
 from jepa_cli.training.encoder import WEIGHTS, select_encoder
@@ -42,9 +43,9 @@ def _check_finite(params: Any, what: str) -> None:
 
 def check_channels(source: str | os.PathLike, attrs: dict[str, Any], channels: int | None, run_dir: Path) -> None:
     """Images `[N, H, W, C]` must have the channels the run's encoder was trained on."""
-    if channels is None or attrs.get("layout") != "NHWC" or not (Path(source) / "inputs").exists():
+    if channels is None or attrs.get("layout") != "NHWC" or not (location(source) / "inputs").exists():
         return
-    found = int(store.open_array(Path(source) / "inputs").shape[-1])
+    found = int(store.open_array(location(source) / "inputs").shape[-1])
     if found != int(channels):
         raise InputError(f"{source}: images have {found} channel(s), but {run_dir} was trained on {channels} "
                          f"(ingest it again with --channels {channels})")
@@ -154,7 +155,7 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         "step": int(step),
         "weights": weights,
         "objective": (config or {}).get("objective", getattr(objective, "name", None)),
-        "model": json.loads(json.dumps(model, default=str)),
+        "model": json_value(model),
         "source": str(Path(source).resolve()),
         "pool": pool,
         "layers": layers,

@@ -12,7 +12,7 @@ from jepa_cli.lazy import lazy_exports
 _EXPORTS = {
     "MaskConfig": "config", "MultiBlockConfig": "config", "MultiBlock3DConfig": "config", "RandomConfig": "config",
     "check_batch": "checks", "config_from_options": "parse", "config_parameters": "config",
-    "context_slots": "sizes", "target_slots": "sizes", "validate": "checks", "validate_token_grid": "checks",
+    "context_slots": "sampler", "target_slots": "sizes", "validate": "checks", "validate_token_grid": "checks",
     "MaskSet": "maskset",
     "to_dense": "indexing", "sample": "sampler", "sample_many": "sampler",
 }  # name -> the module that defines it

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
+from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.options import option
 
 # How many failed context draws the official I-JEPA sampler allows before it drops one more target
@@ -145,12 +146,6 @@ def config_parameters(config: MaskConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"strategy": config.strategy}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        out[f.name] = _jsonable(value)
+        out[f.name] = json_value(value)
     return out
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    return value
 

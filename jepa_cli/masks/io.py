@@ -9,8 +9,11 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data import atomic, store
+from jepa_cli.data.describe import array_summary
+from jepa_cli.data.urls import BucketPath, location
 from jepa_cli.errors import InputError
 from jepa_cli.masks.config import MaskConfig, MultiBlock3DConfig, config_parameters
+from jepa_cli.masks.stats import mask_stats
 
 KIND = "masks"
 FORMAT_VERSION = 1
@@ -44,7 +47,7 @@ def attributes(config: MaskConfig, seed: int, batch: int) -> dict[str, Any]:
 
 
 def write_masks(path: str | os.PathLike, config: MaskConfig, context: np.ndarray, targets: np.ndarray,
-                seed: int, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
+                seed: int, force: bool = False, log: Callable[[str], None] | None = None) -> Path | BucketPath:
     """Writes dense masks (on-disk layout) and their attributes atomically; returns the path.
 
     `force` replaces only an existing mask file; `log` receives notes (stale partials removed)."""
@@ -52,13 +55,13 @@ def write_masks(path: str | os.PathLike, config: MaskConfig, context: np.ndarray
         store.write_group(tmp, attributes(config, seed, context.shape[0]))
         store.write_array(tmp / "context", np.asarray(context, bool))
         store.write_array(tmp / "targets", np.asarray(targets, bool))
-    return Path(path)
+    return location(path)
 
 
 def read_masks(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """(attributes, context, targets) of a mask file; InputError if `path` is not one, or if its
     attributes and arrays disagree (a damaged or hand-edited file)."""
-    path = Path(path)
+    path = location(path)
     attrs = store.read_attributes(path)
     if attrs.get("jepa_kind") != KIND:
         raise InputError(f"{path}: not a mask file (jepa_kind is {attrs.get('jepa_kind')!r})")
@@ -94,9 +97,6 @@ def _check_layout(path: Path, context: np.ndarray, targets: np.ndarray, num_patc
 
 def describe(path: Path, attrs: dict[str, Any]) -> dict[str, Any]:
     """`jepa info` for a mask file: strategy, grid, parameters, arrays and token counts."""
-    from jepa_cli.data.describe import array_summary
-    from jepa_cli.masks.stats import mask_stats
-
     attrs, context, targets = read_masks(path)
     stats = mask_stats(context, targets, attrs["grid"], attrs.get("frames"))
     return {

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from jepa_cli.errors import InputError
 from jepa_cli.masks.config import CONTEXT_RETRY_TIMEOUT, MultiBlockConfig
-from jepa_cli.masks.sizes import context_slots, target_slots
+from jepa_cli.masks.sizes import target_slots
 from jepa_cli.masks.indexing import dense_to_index
 from jepa_cli.masks.maskset import MaskSet
 from jepa_cli.masks.rng import draw_bits, uniform
@@ -91,9 +91,10 @@ def collator_groups(config, batch_size: int) -> int:
     return batch_size // g
 
 
-def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int) -> MaskSet:
+def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int, context_k: int) -> MaskSet:
     """Random numbers are drawn in bulk (a few call sites): fast to compile and to run. Block sizes
-    are drawn once per collator call (per batch, or per `collator_batch` samples)."""
+    are drawn once per collator call (per batch, or per `collator_batch` samples). Each context holds
+    at most `context_k` slots (sampler.context_slots)."""
     grid, npred = config.grid, config.npred
     attempts = CONTEXT_RETRY_TIMEOUT * npred + 1
     n = grid[0] * grid[1]
@@ -113,6 +114,6 @@ def sample_multiblock(key: jax.Array, config: MultiBlockConfig, batch_size: int)
     slots_t = target_slots(config)
     t_index, t_valid = per_block(lambda t, l, h, w: rectangle_index(grid, t, l, h, w, slots_t))(tops, lefts, *p_size)
     # every target block of a collator call has the same size h*w, so the official cut leaves targets whole
-    c_index, c_valid = dense_to_index(bits["select"], context[:, None, :], context_slots(config, batch_size),
+    c_index, c_valid = dense_to_index(bits["select"], context[:, None, :], context_k,
                                       config.official_truncation, config.collator_batch)
     return MaskSet(c_index, c_valid, t_index, t_valid)

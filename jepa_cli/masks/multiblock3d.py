@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jepa_cli.masks.config import MAX_EMPTY_CONTEXT_RETRIES, MultiBlock3DConfig
-from jepa_cli.masks.sizes import context_frames, context_slots, target_slots
+from jepa_cli.masks.sizes import context_frames, target_slots
 from jepa_cli.masks.indexing import dense_to_index
 from jepa_cli.masks.maskset import MaskSet
 from jepa_cli.masks.rng import draw_bits, uniform
@@ -71,7 +71,8 @@ def _one_pair(u_attempts, config: MultiBlock3DConfig, pair: int, size):
     return jax.lax.while_loop(empty, attempt, init)[1]
 
 
-def sample_multiblock3d(key: jax.Array, config: MultiBlock3DConfig, batch_size: int) -> MaskSet:
+def sample_multiblock3d(key: jax.Array, config: MultiBlock3DConfig, batch_size: int, context_k: int) -> MaskSet:
+    """A batch of V-JEPA multiblock3d masks; each context holds at most `context_k` slots (sampler.context_slots)."""
     P, R = config.pairs, MAX_EMPTY_CONTEXT_RETRIES
     shapes = {f"pos{p}": (batch_size, R, config.npred[p], 3) for p in range(P)}
     bits = draw_bits(key, size=(P, 3), select=(batch_size, P, config.num_patches), **shapes)
@@ -83,7 +84,7 @@ def sample_multiblock3d(key: jax.Array, config: MultiBlock3DConfig, batch_size: 
         targets.append(jax.vmap(lambda ua: _one_pair(ua, config, p, size))(u))
     targets = jnp.stack(targets, axis=1)  # [B, P, N]
     contexts = ~targets
-    c_index, c_valid = dense_to_index(bits["select"], contexts, context_slots(config, batch_size),
+    c_index, c_valid = dense_to_index(bits["select"], contexts, context_k,
                                       config.official_truncation, config.collator_batch)
     t_index, t_valid = dense_to_index(None, targets, target_slots(config), config.official_truncation,
                                       config.collator_batch)

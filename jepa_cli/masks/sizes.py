@@ -1,13 +1,13 @@
-"""The static sizes of a mask config: the block sizes a draw can give, the context and target slot
-counts (K and T) that fix the samplers' array shapes (docs/masks.md)."""
+"""The static sizes of a mask config: the block sizes a draw can give, the target slot count T and
+the largest context a draw can give, which fix the samplers' array shapes (docs/masks.md; the
+derived context slot count K, which draws masks, is masks/sampler.py's `context_slots`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
-from jepa_cli.masks.config import MaskConfig, MultiBlock3DConfig, MultiBlockConfig, RandomConfig
+from jepa_cli.masks.config import MaskConfig, MultiBlock3DConfig, MultiBlockConfig
 
 # ---------------------------------------------------------------------------------------------
 # Block sizes: the exact set of (h, w) a size draw can produce, for static shapes and validation.
@@ -144,43 +144,3 @@ def target_slots(config: MaskConfig) -> int:
         return best
     n = config.num_patches
     return n - int(n * (1 - config.ratio[1]))
-
-
-DERIVE_BATCHES, DERIVE_BATCH_SIZE, DERIVE_QUANTILE = 32, 128, 90
-
-
-@functools.lru_cache(maxsize=None)
-def context_slots(config: MaskConfig, batch_size: int | None = None) -> int:
-    """K: `context_size`, or the derived default (docs/masks.md).
-
-    Default mode: K is the 90th percentile of the official collator's batch-minimum context count at
-    batch 128, estimated from 32 batches drawn with this config and PRNGKey(0), so that at least 9
-    batches in 10 keep as many tokens per sample as the official cut would.
-    Official truncation: K is the largest batch minimum seen over those probe batches drawn at the
-    actual `batch_size`, so the static shapes cost about the official work and the cut fits K in
-    all but rare batches (which then keep their K lowest indices).
-    """
-    if config.context_size is not None:
-        return int(config.context_size)
-    upper = max_context_count(config)
-    if isinstance(config, RandomConfig):
-        return upper  # every context of a batch has the same length: nothing to cut
-    import jax
-    import numpy as np
-
-    from jepa_cli.masks.sampler import sample_many
-
-    probe_batch = DERIVE_BATCH_SIZE
-    if config.official_truncation and batch_size:  # the cut runs over one group: probe at its size
-        probe_batch = min(batch_size, config.collator_batch or batch_size)
-    probe = dataclasses.replace(config, context_size=upper, official_truncation=True, collator_batch=None)
-    # One compiled program, run at once: concrete even when K is asked for while a training step is
-    # being traced. (Under jax.ensure_compile_time_eval a jitted function runs op by op: about 70
-    # one-operation compiles for a tiny model.)
-    draw = jax.jit(lambda: sample_many(jax.random.PRNGKey(0), probe, probe_batch, DERIVE_BATCHES).context_valid)
-    valid = draw.lower().compile()()
-    # official cut per batch and context (pair); K must serve the largest pair
-    mins = np.asarray(valid).sum(-1).min(axis=1).max(axis=-1)
-    quantile = 100 if config.official_truncation else DERIVE_QUANTILE
-    return max(1, int(np.percentile(mins, quantile, method="higher")))
-

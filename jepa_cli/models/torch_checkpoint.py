@@ -18,7 +18,7 @@ Nothing in the file is trusted to fit: each tensor's storage offset, sizes and s
 against its storage's element count before a view is taken (a bad one would read, or crash on,
 memory outside the storage), each storage against its bytes in the archive, and every storage and
 tensor against the memory left before it is allocated. The pickle's nesting is measured from its
-opcodes before it is unpickled (`MAX_NESTING`): unpickling hashes a dict key, and a tuple nested
+opcodes before it is unpickled (models/pickle_nesting.py): unpickling hashes a dict key, and a tuple nested
 hundreds of thousands deep would overflow the C stack doing so. Any of these is an InputError naming
 the file.
 
@@ -31,7 +31,6 @@ import collections
 import io
 import math
 import pickle
-import pickletools
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -40,6 +39,7 @@ import numpy as np
 
 from jepa_cli.data.resources import available_memory, format_bytes
 from jepa_cli.errors import InputError
+from jepa_cli.models.pickle_nesting import check_nesting
 
 # torch's typed storage classes (pickled as globals `torch.<Name>`) -> their element dtype
 STORAGE_DTYPES = {
@@ -189,109 +189,6 @@ def _check_view(storage: _Storage, offset: Any, size: Any, stride: Any) -> tuple
     return offset, size, stride
 
 
-MAX_NESTING = 100  # containers within containers a pickle may build; a checkpoint nests a handful
-
-# opcodes that pop `n` items and push one object holding them (a tuple, or a call's result)
-_BUILD_FROM = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3, "REDUCE": 2, "NEWOBJ": 2, "NEWOBJ_EX": 3}
-_FROM_MARK = {"TUPLE", "LIST", "DICT", "FROZENSET", "OBJ", "INST"}  # pop to the mark, push one object
-_INTO_CONTAINER = {"APPEND": 1, "SETITEM": 2, "BUILD": 1}  # pop `n` items into the object below them
-_INTO_FROM_MARK = {"APPENDS", "SETITEMS", "ADDITEMS"}  # pop to the mark into the object below it
-_EMPTY = {"EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "EMPTY_TUPLE"}
-
-
-class _Node:
-    """An object a pickle builds, as the nesting scan sees it: how deep it nests and what holds it
-    (each container, tuple, call or object state it was put in)."""
-
-    __slots__ = ("depth", "holders")
-
-    def __init__(self, depth: int = 0):
-        self.depth, self.holders = depth, []
-
-
-def _hold(holder: _Node, items: list[_Node]) -> None:
-    """`holder` now holds `items`: its depth, and that of everything holding it, grows to fit (a
-    cycle, as a bound method of an object in the object's own state makes, is followed once).
-    ValueError once anything nests deeper than MAX_NESTING."""
-    for item in items:
-        item.holders.append(holder)
-    _deepen(holder, max((item.depth for item in items), default=0) + 1, set())
-
-
-def _deepen(node: _Node, depth: int, path: set) -> None:
-    if depth <= node.depth or node in path:
-        return
-    if depth > MAX_NESTING:
-        raise ValueError(f"its pickle nests containers more than {MAX_NESTING} deep")
-    node.depth = depth
-    path.add(node)
-    for up in node.holders:
-        _deepen(up, depth + 1, path)
-    path.discard(node)
-
-
-def check_nesting(data: bytes) -> None:
-    """ValueError when the pickle `data` would build an object nested more than MAX_NESTING deep, or is
-    malformed; found from its opcodes alone, before anything is unpickled."""
-    stack: list[_Node] = []
-    marks: list[int] = []  # the stack's length at each MARK not yet popped
-    memo: dict[Any, _Node] = {}
-
-    def pop(n: int) -> list[_Node]:
-        if len(stack) - n < (marks[-1] if marks else 0):
-            raise ValueError("its pickle pops more than it pushed")
-        items = stack[len(stack) - n:]
-        del stack[len(stack) - n:]
-        return items
-
-    def pop_mark() -> list[_Node]:
-        if not marks:
-            raise ValueError("its pickle pops a mark it never set")
-        at = marks.pop()
-        items = stack[at:]
-        del stack[at:]
-        return items
-
-    def top() -> _Node:
-        if len(stack) <= (marks[-1] if marks else 0):
-            raise ValueError("its pickle uses an object it never pushed")
-        return stack[-1]
-
-    for opcode, arg, _pos in pickletools.genops(data):
-        name = opcode.name
-        if name == "MARK":
-            marks.append(len(stack))
-        elif name in _EMPTY:
-            stack.append(_Node(1))
-        elif name in _BUILD_FROM or name in _FROM_MARK:
-            node = _Node()
-            _hold(node, pop(_BUILD_FROM[name]) if name in _BUILD_FROM else pop_mark())
-            stack.append(node)
-        elif name in _INTO_CONTAINER or name in _INTO_FROM_MARK:
-            items = pop(_INTO_CONTAINER[name]) if name in _INTO_CONTAINER else pop_mark()
-            _hold(top(), items)
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo.get(arg) or _Node())
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-            memo[len(memo) if name == "MEMOIZE" else arg] = top()
-        elif name == "DUP":
-            stack.append(top())
-        elif name == "POP":
-            if len(stack) > (marks[-1] if marks else 0):
-                stack.pop()
-            else:
-                pop_mark()
-        elif name == "POP_MARK":
-            pop_mark()
-        elif name in ("STACK_GLOBAL", "BINPERSID"):
-            pop(2 if name == "STACK_GLOBAL" else 1)
-            stack.append(_Node())
-        elif name in ("PROTO", "FRAME", "STOP", "READONLY_BUFFER"):
-            pass
-        else:  # every other opcode pushes one number, string, global or persistent object
-            stack.append(_Node())
-
-
 def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_ignored) -> TensorRef:
     """torch._utils._rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks[, meta]),
     as a checked reference: the bytes are read only if the tensor is selected."""
@@ -358,69 +255,87 @@ def read_torch_checkpoint(path: str | Path, keys: Iterable[str] | None = None, i
         raise InputError(f"{path}: not a PyTorch checkpoint in the zip format of torch.save (truncated, "
                          "another kind of file, or the pre-1.6 legacy format: re-save it with torch.save)") from None
     with archive:
-        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
-        if len(pickles) != 1:
-            raise InputError(f"{path}: a zip file, but not one torch.save wrote (no single data.pkl)")
-        prefix = pickles[0][: -len("data.pkl")]
-        byteorder = prefix + "byteorder"
-        if byteorder in archive.namelist() and archive.read(byteorder).strip() != b"little":
-            raise InputError(f"{path}: saved on a big-endian machine, which is not supported")
-
-        storages: dict[str, _Storage] = {}
-        inert_classes: dict[tuple[str, str], type] = {}
-
-        class Unpickler(pickle.Unpickler):
-            def find_class(self, module: str, name: str):
-                if (module, name) in _ALLOWED:
-                    return _ALLOWED[(module, name)]
-                if module == "torch" and name in STORAGE_DTYPES:
-                    return name
-                if _runs_code(module, name):
-                    raise InputError(f"{path}: holds a call to {module}.{name}, which would run code when "
-                                     "unpickled (refused; nothing in the file was run)")
-                if not inert:
-                    raise InputError(f"{path}: holds a {module}.{name} object, not only tensors and plain data "
-                                     "(refusing to unpickle it: a checkpoint never needs that)")
-                if (module, name) not in inert_classes:
-                    inert_classes[(module, name)] = type(name, (Inert,), {"cls": f"{module}.{name}"})
-                return inert_classes[(module, name)]
-
-            def persistent_load(self, pid):
-                if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
-                    raise InputError(f"{path}: unexpected persistent id {pid!r} in data.pkl")
-                _, kind, key, _location, numel = pid[:5]
-                if not (isinstance(kind, str) and kind in STORAGE_DTYPES and isinstance(key, str)):
-                    raise ValueError(f"a storage of kind {kind!r} and key {key!r}, not a torch storage")
-                if key not in storages:
-                    dtype = np.dtype(numpy_dtype(STORAGE_DTYPES[kind]))
-                    numel = _count(numel, f"the element count of storage {key}")
-                    name = f"{prefix}data/{key}"
-                    if archive.getinfo(name).file_size < numel * dtype.itemsize:
-                        raise ValueError(f"storage {key} is shorter than its {numel} elements")
-
-                    def read(name=name, nbytes=numel * dtype.itemsize) -> bytes:
-                        with archive.open(name) as member:
-                            return member.read(nbytes)
-
-                    storages[key] = _Storage(key, dtype, numel, read)
-                return storages[key]
-
+        pickled = _data_pickle(archive, path)
         try:
-            data = archive.read(pickles[0])
+            data = archive.read(pickled)
             check_nesting(data)
-            obj = Unpickler(io.BytesIO(data)).load()
-            budget = _Budget(available_memory())
-            if keys is None:
-                return _materialise(obj, budget, {})
-            keys = list(keys)
-            if not isinstance(obj, dict):
-                raise InputError(f"{path}: holds a {type(obj).__name__}, not a dict of {', '.join(keys)}")
-            for key in keys:
-                if key in obj:
-                    obj[key] = _materialise(obj[key], budget, {})
-            return obj
+            obj = _Unpickler(io.BytesIO(data), path, archive, pickled[: -len("data.pkl")], inert).load()
+            return _materialise_selected(obj, keys, path)
         except InputError:
             raise
         except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, AttributeError, IndexError,
                 OverflowError, RecursionError, MemoryError, zipfile.BadZipFile, OSError) as exc:
             raise InputError(f"{path}: damaged PyTorch checkpoint ({type(exc).__name__}: {exc})") from None
+
+
+def _data_pickle(archive: zipfile.ZipFile, path: Path) -> str:
+    """The name of the one `<prefix>/data.pkl` of a torch.save archive; InputError for an archive
+    torch.save did not write, or one saved on a big-endian machine."""
+    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        raise InputError(f"{path}: a zip file, but not one torch.save wrote (no single data.pkl)")
+    byteorder = pickles[0][: -len("data.pkl")] + "byteorder"
+    if byteorder in archive.namelist() and archive.read(byteorder).strip() != b"little":
+        raise InputError(f"{path}: saved on a big-endian machine, which is not supported")
+    return pickles[0]
+
+
+def _materialise_selected(obj: Any, keys: Iterable[str] | None, path: Path) -> Any:
+    """`obj` with the tensors under its top-level `keys` (None: all) read, within the memory left."""
+    budget = _Budget(available_memory())
+    if keys is None:
+        return _materialise(obj, budget, {})
+    keys = list(keys)
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: holds a {type(obj).__name__}, not a dict of {', '.join(keys)}")
+    for key in keys:
+        if key in obj:
+            obj[key] = _materialise(obj[key], budget, {})
+    return obj
+
+
+class _Unpickler(pickle.Unpickler):
+    """The allow-list unpickler of one checkpoint's data.pkl: allowed classes are rebuilt, storages
+    are read lazily from the archive's `<prefix>data/<key>` members, other classes are refused (or,
+    `inert`, kept as Inert records unless they run code)."""
+
+    def __init__(self, file: io.BytesIO, path: Path, archive: zipfile.ZipFile, prefix: str, inert: bool):
+        super().__init__(file)
+        self.path, self.archive, self.prefix, self.inert = path, archive, prefix, inert
+        self.storages: dict[str, _Storage] = {}
+        self.inert_classes: dict[tuple[str, str], type] = {}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[(module, name)]
+        if module == "torch" and name in STORAGE_DTYPES:
+            return name
+        if _runs_code(module, name):
+            raise InputError(f"{self.path}: holds a call to {module}.{name}, which would run code when "
+                             "unpickled (refused; nothing in the file was run)")
+        if not self.inert:
+            raise InputError(f"{self.path}: holds a {module}.{name} object, not only tensors and plain data "
+                             "(refusing to unpickle it: a checkpoint never needs that)")
+        if (module, name) not in self.inert_classes:
+            self.inert_classes[(module, name)] = type(name, (Inert,), {"cls": f"{module}.{name}"})
+        return self.inert_classes[(module, name)]
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+            raise InputError(f"{self.path}: unexpected persistent id {pid!r} in data.pkl")
+        _, kind, key, _location, numel = pid[:5]
+        if not (isinstance(kind, str) and kind in STORAGE_DTYPES and isinstance(key, str)):
+            raise ValueError(f"a storage of kind {kind!r} and key {key!r}, not a torch storage")
+        if key not in self.storages:
+            dtype = np.dtype(numpy_dtype(STORAGE_DTYPES[kind]))
+            numel = _count(numel, f"the element count of storage {key}")
+            name = f"{self.prefix}data/{key}"
+            if self.archive.getinfo(name).file_size < numel * dtype.itemsize:
+                raise ValueError(f"storage {key} is shorter than its {numel} elements")
+
+            def read(name=name, nbytes=numel * dtype.itemsize, archive=self.archive) -> bytes:
+                with archive.open(name) as member:
+                    return member.read(nbytes)
+
+            self.storages[key] = _Storage(key, dtype, numel, read)
+        return self.storages[key]

@@ -10,9 +10,12 @@ import functools
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jepa_cli.models import ModuleTemplate
+from jepa_cli.models.vit import gather_tokens
+from jepa_cli.objectives import telemetry
 
 Params = dict[str, Any]
 Transform = Callable[[dict, np.random.Generator], dict]
@@ -122,3 +125,35 @@ class EncoderPredictorObjective:
         from jepa_cli import masks
 
         return masks.sample(key, self.config.mask_config, batch_size)
+
+    def masked_prediction(self, params: Params, ema: Params, inputs, masks, key, prediction_loss: Callable,
+                          target_norm: Callable | None = None, target_token_axes: tuple[int, ...] = (1, 2)):
+        """(loss, aux) of one JEPA step on `inputs` [B, ...] with the batch's MaskSet `masks`: the
+        target encoder (the EMA `ema`, never differentiated) on the whole input, its tokens h_full
+        [B, N, D] through `target_norm` when given, gathered at the targets [B, M, T, D]; the context
+        encoder on the context tokens [B, C, K, D]; the predictor at the targets. The loss is
+        `prediction_loss(predictions, targets, target_valid)` with the config's anti-collapse terms on
+        the pooled context features, SIGReg's on the samples its `sigreg_on` names
+        (telemetry.with_anticollapse, telemetry.sigreg_samples); aux adds the collapse metrics and the
+        mean counts of context tokens and of target tokens (target_valid summed over
+        `target_token_axes`)."""
+        target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
+        h_full = jax.lax.stop_gradient(target_encoder(inputs).astype(jnp.float32))  # [B, N, D]
+        h = gather_tokens(target_norm(h_full) if target_norm else h_full, masks.target_index)  # [B, M, T, D]
+        encoder = self._encoder.merge(params["encoder"])
+        predictor = self._predictor.merge(params["predictor"])
+        z_ctx = encoder(inputs, masks.context_index, masks.context_valid)  # [B, C, K, D]
+        z = predictor(z_ctx, masks.context_index, masks.context_valid, masks.target_index, masks.target_valid)
+        pooled = telemetry.masked_mean_pool(z_ctx, masks.context_valid).mean(axis=1)  # [B, D]
+        rows, valid = telemetry.sigreg_samples(self.config.sigreg_on, pooled, z_ctx, masks.context_valid, z,
+                                               masks.target_valid)
+        value, regularisers = telemetry.with_anticollapse(prediction_loss(z, h, masks.target_valid), pooled,
+                                                          self.config, key, rows, valid)
+        aux = {
+            "loss": value,
+            **regularisers,
+            **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
+            "context_tokens": jnp.mean(jnp.sum(masks.context_valid, axis=-1).astype(jnp.float32)),
+            "target_tokens": jnp.mean(jnp.sum(masks.target_valid, axis=target_token_axes).astype(jnp.float32)),
+        }
+        return value, aux

@@ -12,8 +12,6 @@ import jax.numpy as jnp
 
 from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
-from jepa_cli.models.vit import gather_tokens
-from jepa_cli.objectives import telemetry
 from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
 from jepa_cli.objectives.ijepa_config import IJEPAConfig
 
@@ -75,30 +73,12 @@ class IJEPAObjective(EncoderPredictorObjective):
     # -- training --------------------------------------------------------------------------
     def loss(self, params, ema, batch, key, step):
         images = batch["image"]
-        b = images.shape[0]
-        m = self.sample_masks(key, b)
-        # target: EMA encoder on the full image, layer-normalised, gathered at the targets
-        target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
-        h_full = jax.lax.stop_gradient(target_encoder(images).astype(jnp.float32))  # [B, N, D]
-        h = gather_tokens(layer_norm_no_affine(h_full), m.target_index)  # [B, M, T, D]
-        # context encoder on the context tokens, predictor at the targets
-        encoder = self._encoder.merge(params["encoder"])
-        predictor = self._predictor.merge(params["predictor"])
-        z_ctx = encoder(images, m.context_index, m.context_valid)  # [B, C, K, D]
-        z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
-        prediction_loss = masked_token_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss)
-        pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
-        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config, key)
-        aux = {
-            "loss": value,
-            **regularisers,
-            **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
-            "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
-            "target_tokens": jnp.mean(
-                jnp.sum(m.target_valid, axis=(1, 2)).astype(jnp.float32)
-            ),
-        }
-        return value, aux
+        kind = self.config.loss
+        # targets: the EMA encoder's layer-normalised tokens (official src/train.py, forward_target)
+        return self.masked_prediction(
+            params, ema, images, self.sample_masks(key, images.shape[0]), key,
+            lambda z, h, valid: masked_token_loss(z.astype(jnp.float32), h, valid, kind),
+            target_norm=layer_norm_no_affine)
 
     # -- evaluation ------------------------------------------------------------------------
     def encode(self, encoder_params, images, last_layers: int = 1):

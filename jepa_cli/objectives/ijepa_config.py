@@ -31,17 +31,23 @@ def _tuplify(v):
 JEPA_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa")
 # The objectives that take the sigreg_* options: the JEPA objectives' anti-collapse term, LeJEPA's loss
 SIGREG_OBJECTIVES = JEPA_OBJECTIVES + ("lejepa",)
+# What the JEPA objectives' SIGReg is taken over (objectives/telemetry.py sigreg_samples): the context
+# encoder's pooled features (one sample per example), every valid context token, every valid predicted token
+SIGREG_PLACEMENTS = ("pooled", "tokens", "predictions")
 
 
 def check_anticollapse(config) -> None:
-    """InputError unless the anti-collapse weights are >= 0 and var_target > 0 (a target of 0 would make
-    the variance term 0 whatever the features); call after check_field_types (non-finite values)."""
+    """InputError unless the anti-collapse weights are >= 0, var_target > 0 (a target of 0 would make
+    the variance term 0 whatever the features), the sigreg_* options valid (check_sigreg) and sigreg_on
+    one of SIGREG_PLACEMENTS; call after check_field_types (non-finite values)."""
     for name in ("var_weight", "var_target", "cov_weight"):
         if getattr(config, name) < 0.0:
             raise InputError(f"{name} must be >= 0, got {getattr(config, name)!r}")
     if config.var_target == 0.0:
         raise InputError(f"var_target must be > 0 (the batch std the variance term asks for), got {config.var_target!r}")
     check_sigreg(config)
+    if config.sigreg_on not in SIGREG_PLACEMENTS:
+        raise InputError(f"unknown sigreg_on {config.sigreg_on!r} (choose from {', '.join(SIGREG_PLACEMENTS)})")
 
 
 def check_sigreg(config) -> None:
@@ -167,20 +173,25 @@ class IJEPAConfig(ModelConfig, EncoderPredictorOptions):
     cov_weight: float = option(0.0, "Weight of the covariance term: the squared off-diagonal entries of "
                                     "the pooled features' batch covariance, summed, over the width "
                                     "(VICReg); 0: off.", flag=True, applies=JEPA_OBJECTIVES)
-    # SIGReg (LeJEPA, Balestriero & LeCun 2025; objectives/sigreg.py) on the same pooled features, its
-    # weight LeJEPA's lambda in [0, 1]; defaults rbalestr-lab/lejepa lejepa/univariate/epps_pulley.py
-    # (t_max 3, 17 knots) and MINIMAL.md (256 slices)
+    # SIGReg (LeJEPA, Balestriero & LeCun 2025; objectives/sigreg.py), by default on the same pooled
+    # features, its weight LeJEPA's lambda in [0, 1]; defaults rbalestr-lab/lejepa
+    # lejepa/univariate/epps_pulley.py (t_max 3, 17 knots) and MINIMAL.md (256 slices)
     sigreg_weight: float = option(0.0, "Weight of SIGReg (LeJEPA's lambda), in [0, 1]: the Epps-Pulley statistic "
                                        "of embeddings projected on random directions, against a standard normal. "
-                                       "The JEPA objectives add it on the context encoder's mean-pooled features "
-                                       "(0: off); lejepa's loss is (1 - it) x invariance + it x SIGReg of the "
-                                       "projections (lejepa's default 0.05).", flag=True, applies=SIGREG_OBJECTIVES)
+                                       "The JEPA objectives add it on what sigreg_on names, by default the "
+                                       "context encoder's mean-pooled features (0: off); lejepa's loss is "
+                                       "(1 - it) x invariance + it x SIGReg of the projections (lejepa's "
+                                       "default 0.05).", flag=True, applies=SIGREG_OBJECTIVES)
     sigreg_slices: int = option(256, "SIGReg: random unit directions, drawn anew each update.", flag=True,
                                 applies=SIGREG_OBJECTIVES)
     sigreg_knots: int = option(17, "SIGReg: knots of the trapezoid rule on [0, sigreg_t_max], >= 2.", flag=True,
                                applies=SIGREG_OBJECTIVES)
     sigreg_t_max: float = option(3.0, "SIGReg: the characteristic functions are compared for |t| up to this, > 0.",
                                  flag=True, applies=SIGREG_OBJECTIVES)
+    sigreg_on: str = option("pooled", "What the JEPA objectives' SIGReg is taken over: pooled (the context "
+                                      "encoder's mean-pooled features, one sample per example) | tokens (every "
+                                      "valid context token) | predictions (every valid predicted token).",
+                            flag=True, applies=JEPA_OBJECTIVES, choices=SIGREG_PLACEMENTS)
     # 256/224 is the usual Resize(256) + CenterCrop(224)
     eval_resize_ratio: float = option(256 / 224, "Evaluation (encode-latents): resize the short side to "
                                                  "image_size x this, then centre-crop; 1.0 keeps the whole image.")

@@ -30,16 +30,25 @@ def quadrature(num_knots: int = NUM_KNOTS, t_max: float = T_MAX):
     return t, window, trapezoid * window
 
 
-def epps_pulley_sliced(embeddings, directions, num_knots: int = NUM_KNOTS, t_max: float = T_MAX):
+def epps_pulley_sliced(embeddings, directions, num_knots: int = NUM_KNOTS, t_max: float = T_MAX, valid=None):
     """Mean over the M slices of the Epps-Pulley statistic of embeddings [N, D] projected on
-    directions [D, M] (columns of unit norm), a scalar (MINIMAL.md SIGReg.forward)."""
+    directions [D, M] (columns of unit norm), a scalar (MINIMAL.md SIGReg.forward). With `valid`
+    bool [N], the statistic of the valid rows alone (static shapes: the empirical CF is the
+    valid-weighted mean and the factor N the count of valid rows; 0 when no row is valid)."""
     t, window, weights = quadrature(num_knots, t_max)
     x = jnp.asarray(embeddings, jnp.float32) @ jnp.asarray(directions, jnp.float32)  # [N, M]
     xt = x[..., None] * t  # [N, M, K]
-    cos_mean = jnp.mean(jnp.cos(xt), axis=0)  # [M, K], the real part of the empirical CF
-    sin_mean = jnp.mean(jnp.sin(xt), axis=0)  # [M, K], its imaginary part
+    if valid is None:
+        cos_mean = jnp.mean(jnp.cos(xt), axis=0)  # [M, K], the real part of the empirical CF
+        sin_mean = jnp.mean(jnp.sin(xt), axis=0)  # [M, K], its imaginary part
+        count = x.shape[0]  # the (global) batch size N
+    else:
+        w = jnp.asarray(valid, jnp.float32)[:, None, None]  # [N, 1, 1]
+        count = jnp.sum(w)
+        cos_mean = jnp.sum(jnp.cos(xt) * w, axis=0) / jnp.maximum(count, 1.0)
+        sin_mean = jnp.sum(jnp.sin(xt) * w, axis=0) / jnp.maximum(count, 1.0)
     err = jnp.square(cos_mean - window) + jnp.square(sin_mean)  # [M, K]; the normal's CF is real
-    statistic = (err @ weights) * x.shape[0]  # [M], times the (global) batch size N
+    statistic = (err @ weights) * count  # [M], times the number of samples
     return jnp.mean(statistic)
 
 
@@ -49,8 +58,11 @@ def random_directions(key, dim: int, num_slices: int = NUM_SLICES):
     return a / jnp.linalg.norm(a, axis=0, keepdims=True)
 
 
-def sigreg(embeddings, key, num_slices: int = NUM_SLICES, num_knots: int = NUM_KNOTS, t_max: float = T_MAX):
+def sigreg(embeddings, key, num_slices: int = NUM_SLICES, num_knots: int = NUM_KNOTS, t_max: float = T_MAX,
+           valid=None):
     """SIGReg of embeddings [N, D] on num_slices directions drawn from `key` (a new key each update
     draws new directions, as the reference redraws them every step): a scalar, about 1 for a standard
-    normal batch whatever N, of order N for a collapsed or mis-scaled one."""
-    return epps_pulley_sliced(embeddings, random_directions(key, embeddings.shape[-1], num_slices), num_knots, t_max)
+    normal batch whatever N, of order N for a collapsed or mis-scaled one. `valid` bool [N]: over the
+    valid rows only (epps_pulley_sliced)."""
+    directions = random_directions(key, embeddings.shape[-1], num_slices)
+    return epps_pulley_sliced(embeddings, directions, num_knots, t_max, valid)

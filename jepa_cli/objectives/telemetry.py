@@ -71,13 +71,26 @@ def masked_mean_pool(x, valid):
     return jnp.sum(x.astype(jnp.float32) * w, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1.0)
 
 
-def with_anticollapse(prediction_loss, pooled, config, key):
+def sigreg_samples(placement: str, pooled, context, context_valid, predictions, target_valid):
+    """(rows [N, D], valid bool [N] or None): the samples SIGReg is taken over for `placement`
+    (objectives/ijepa_config.py SIGREG_PLACEMENTS): "pooled", the context encoder's pooled features
+    pooled [B, D], every row; "tokens", every valid context token of context [B, C, K, D] with
+    context_valid [B, C, K]; "predictions", every valid predicted token of predictions [B, M, T, D]
+    with target_valid [B, M, T]."""
+    if placement == "pooled":
+        return pooled, None
+    tokens, valid = (context, context_valid) if placement == "tokens" else (predictions, target_valid)
+    return tokens.reshape(-1, tokens.shape[-1]), valid.reshape(-1)
+
+
+def with_anticollapse(prediction_loss, pooled, config, key, sigreg_rows=None, sigreg_valid=None):
     """The loss of a JEPA objective with its anti-collapse terms (`config`'s var_weight, var_target,
     cov_weight and sigreg_*; objectives/ijepa_config.py): prediction_loss + var_weight x
     variance_hinge(pooled, var_target) + cov_weight x covariance_penalty(pooled) + sigreg_weight x
-    sigreg(pooled, directions from `key`), pooled [B, D] the context encoder's pooled features, `key`
-    the update's; and the aux entries `var_loss`, `cov_loss`, `sigreg` (the terms that are on,
-    unweighted) and `pred_loss`, none when every weight is 0. A weight of 0 is a Python branch: the
+    sigreg(sigreg_rows [N, D] where valid, directions from `key`), pooled [B, D] the context encoder's
+    pooled features, sigreg_rows and sigreg_valid bool [N] (sigreg_samples) by default pooled, every
+    row, `key` the update's; and the aux entries `var_loss`, `cov_loss`, `sigreg` (the terms that are
+    on, unweighted) and `pred_loss`, none when every weight is 0. A weight of 0 is a Python branch: the
     loss is then the prediction loss itself, bit for bit (the official recipes)."""
     value, regularisers = prediction_loss, {}
     if config.var_weight:
@@ -87,8 +100,9 @@ def with_anticollapse(prediction_loss, pooled, config, key):
         regularisers["cov_loss"] = covariance_penalty(pooled)
         value = value + config.cov_weight * regularisers["cov_loss"]
     if config.sigreg_weight:
-        regularisers["sigreg"] = sigreg(pooled, jax.random.fold_in(key, SIGREG_STREAM), config.sigreg_slices,
-                                        config.sigreg_knots, config.sigreg_t_max)
+        rows = pooled if sigreg_rows is None else sigreg_rows
+        regularisers["sigreg"] = sigreg(rows, jax.random.fold_in(key, SIGREG_STREAM), config.sigreg_slices,
+                                        config.sigreg_knots, config.sigreg_t_max, sigreg_valid)
         value = value + config.sigreg_weight * regularisers["sigreg"]
     if regularisers:
         regularisers["pred_loss"] = prediction_loss

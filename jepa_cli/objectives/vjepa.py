@@ -15,7 +15,6 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -23,10 +22,8 @@ from jepa_cli.data import transforms
 from jepa_cli.errors import InputError
 from jepa_cli.models import ModuleTemplate
 from jepa_cli.models.config import VideoModelConfig
-from jepa_cli.models.vit import gather_tokens
-from jepa_cli.objectives import telemetry
-from jepa_cli.objectives.base import EMASpec, EncoderPredictorObjective
-from jepa_cli.objectives.ijepa import ema_momentum, layer_norm_no_affine
+from jepa_cli.objectives.base import EncoderPredictorObjective
+from jepa_cli.objectives.ijepa import IJEPAObjective, layer_norm_no_affine
 from jepa_cli.objectives.ijepa_config import EncoderPredictorOptions, IJEPAConfig, check_anticollapse
 from jepa_cli.options import option, option_of
 
@@ -56,6 +53,7 @@ class VJEPAConfig(VideoModelConfig, EncoderPredictorOptions):
     sigreg_slices: int = option_of(IJEPAConfig, "sigreg_slices", 256)
     sigreg_knots: int = option_of(IJEPAConfig, "sigreg_knots", 17)
     sigreg_t_max: float = option_of(IJEPAConfig, "sigreg_t_max", 3.0)
+    sigreg_on: str = option_of(IJEPAConfig, "sigreg_on", "pooled")
 
     def __post_init__(self):
         self._normalise_and_check()
@@ -121,34 +119,18 @@ class VJEPAObjective(EncoderPredictorObjective):
         return {"num_frames": t, "channels": c, "image_size": h if h == w else [h, w]}
 
     # -- parameters ------------------------------------------------------------------------
-    @property
-    def ema_spec(self) -> EMASpec:
-        ema0, ema1 = self.config.ema
-        total = self.config.total_updates
-        return EMASpec(source="encoder", momentum=lambda step: ema_momentum(step, ema0, ema1, total))
+    # the EMA ramp of I-JEPA: linear from ema[0] to ema[1] (app/vjepa/train.py, momentum_scheduler)
+    ema_spec = IJEPAObjective.ema_spec
 
     # -- training --------------------------------------------------------------------------
     def loss(self, params, ema, batch, key, step):
         clips = batch["video"]
-        m = self.sample_masks(key, clips.shape[0])  # C == M: context c predicts target set c
-        target_encoder = self._encoder.merge(jax.lax.stop_gradient(ema))
-        h_full = jax.lax.stop_gradient(target_encoder(clips).astype(jnp.float32))  # [B, N, D]
-        h = gather_tokens(layer_norm_no_affine(h_full), m.target_index)  # [B, M, T, D]
-        encoder = self._encoder.merge(params["encoder"])
-        predictor = self._predictor.merge(params["predictor"])
-        z_ctx = encoder(clips, m.context_index, m.context_valid)  # [B, M, K, D]
-        z = predictor(z_ctx, m.context_index, m.context_valid, m.target_index, m.target_valid)
-        prediction_loss = l1_pair_loss(z.astype(jnp.float32), h, m.target_valid, self.config.loss_exp)
-        pooled = telemetry.masked_mean_pool(z_ctx, m.context_valid).mean(axis=1)  # [B, D]
-        value, regularisers = telemetry.with_anticollapse(prediction_loss, pooled, self.config, key)
-        aux = {
-            "loss": value,
-            **regularisers,
-            **telemetry.collapse_metrics(pooled, h_full.mean(axis=1)),
-            "context_tokens": jnp.mean(jnp.sum(m.context_valid, axis=-1).astype(jnp.float32)),
-            "target_tokens": jnp.mean(jnp.sum(m.target_valid, axis=-1).astype(jnp.float32)),
-        }
-        return value, aux
+        exponent = self.config.loss_exp
+        # C == M: context c predicts target set c; target tokens counted per set
+        return self.masked_prediction(
+            params, ema, clips, self.sample_masks(key, clips.shape[0]), key,
+            lambda z, h, valid: l1_pair_loss(z.astype(jnp.float32), h, valid, exponent),
+            target_norm=layer_norm_no_affine, target_token_axes=(-1,))
 
     # -- evaluation ------------------------------------------------------------------------
     def encode(self, encoder_params, clips, last_layers: int = 1):

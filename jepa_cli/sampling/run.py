@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import io
-import json
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from jepa_cli.data import atomic, locks, resources, resumable, store
+from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.data.resumable import partial_path
 from jepa_cli.errors import InputError, raise_if_signalled_since, signal_mark
+from jepa_cli.objectives import OBJECTIVES
 from jepa_cli.objectives.genconfig import MAX_GUIDANCE_SCALE
+from jepa_cli.sampling.sampler import (SAMPLERS, check_interval, check_interval_guides, make_sampler, sample_batches,
+                                       sampling_batch_size)
+from jepa_cli.training.mesh import make_mesh
+from jepa_cli.training.run import load_run, params_sha256
+from jepa_cli.training.runfiles import read_run
 
 WEIGHTS = ("ema", "online")
 
@@ -66,11 +72,57 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
     has samples drawn); `on_progress(samples)` after each batch drawn."""
     log = on_log or (lambda message: None)
     mark = signal_mark()
-    from jepa_cli.sampling.sampler import SAMPLERS, check_interval, check_interval_guides, sampling_batch_size
-    from jepa_cli.training.run import load_run, params_sha256
-    from jepa_cli.training.runfiles import read_run
-
     run_dir = Path(run_dir)
+    _check_settings(run_dir, weights, sampler, guidance_scale, batch_size)
+    output, png = _check_outputs(run_dir, output, png, force)
+    record, name = _generative_record(run_dir)
+    _config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback=lambda _s, message: log(message))
+    data_dtype = objective.to_data(np.zeros((1, *objective.sample_shape), np.float32)).dtype
+    chunk_n = store.chunk_rows(tuple(objective.sample_shape), data_dtype.itemsize)
+    mesh_obj = make_mesh(mesh) if mesh else None
+    labels = resolve_labels(objective, n, classes, all_classes, run_dir, check_count=lambda count: _check_room(
+        output, (count, *objective.sample_shape), data_dtype, chunk_n, sampling_batch_size(count, batch_size, mesh_obj)))
+    lo_hi = _check_guidance(objective, run_dir, guidance_scale, guidance_interval, sampler, steps, eta, png)
+    params = host["ema"] if weights == "ema" else host["params"]
+    y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
+    sampling = {"n": n, "classes": sorted(set(labels.tolist())) if labels is not None else None,
+                "guidance_scale": guidance_scale,
+                "guidance_interval": None if guidance_interval is None else list(lo_hi), "sampler": sampler,
+                "steps": steps, "eta": eta, "seed": seed, "weights": weights, "batch_size": batch_size}
+    provenance = {"run": str(run_dir.resolve()), "step": ckpt_step, "objective": name,
+                  "model": json_value(objective.to_config()), "params_sha256": params_sha256(params)}
+    attrs = _dataset_attributes(objective, record, run_dir, len(y), sampling, provenance)
+    if guidance_interval is not None and guidance_scale == 1.0:  # c + 0 (c - u): the interval changes nothing
+        log(f"--guidance-interval {lo_hi[0]:g},{lo_hi[1]:g} has no effect at --guidance-scale 1 (no guidance); "
+            "give a scale other than 1, e.g. --guidance-scale 2")
+    data_shape = (len(y), *objective.sample_shape)
+    per_batch = sampling_batch_size(len(y), batch_size, mesh_obj)
+    job = {"run": provenance["run"], "step": ckpt_step, "params_sha256": provenance["params_sha256"],
+           "sampling": sampling, "rows_per_batch": per_batch, "shape": list(data_shape), "dtype": data_dtype.name}
+
+    def draw(batches: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        return sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
+                              interval=guidance_interval, seed=seed, batch_size=per_batch, mesh=mesh_obj,
+                              batches=batches, on_progress=on_progress)
+
+    def refuse_non_finite(i: int) -> InputError:
+        return InputError(f"{output}: batch {i} of the samples is not finite (NaN or inf), nothing written; "
+                          f"the {weights} weights of {run_dir} step {ckpt_step} or the settings "
+                          f"(--guidance-scale {guidance_scale:g}, --eta {eta:g}) diverge")
+
+    resumed = _write_resumably(output, force, job, chunk_n, draw, objective.to_data, refuse_non_finite, labels, attrs,
+                               mark, on_start, log)
+    if png is not None:  # after the commit: a stopped command leaves no picture without its dataset
+        write_grid(png, store.open_array(output / "inputs"), labels, force, names=attrs["class_names"] or None)
+    out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape), "samples_resumed": resumed,
+           "modality": objective.config.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
+    if png is not None:
+        out["png"] = str(png)
+    return out
+
+
+def _check_settings(run_dir: Path, weights: str, sampler: str, guidance_scale: float, batch_size: int) -> None:
+    """InputError for a missing run directory or a setting out of range, before anything is read."""
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
     if weights not in WEIGHTS:
@@ -81,50 +133,47 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         raise InputError(f"--guidance-scale must be a number in [0, {MAX_GUIDANCE_SCALE:g}], got {guidance_scale}")
     if batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
+
+
+def _check_outputs(run_dir: Path, output: str | Path, png: str | Path | None, force: bool) -> tuple[Path, Path | None]:
+    """The dataset's path and the PNG picture's (None: none asked), each free or `force`d, and apart."""
     output = atomic.check_output(output, force, "dataset", [run_dir])
     if png is not None:
         png = Path(png)
         if output.resolve() in (png.resolve(), *png.resolve().parents):  # moving the output in would clash
             raise InputError(f"{png}: --png is or lies in the -o output {output}; give the picture a path of its own")
         png = atomic.check_output_file(png, force, atomic.PNG_MAGIC, "PNG picture", [run_dir])
+    return output, png
+
+
+def _generative_record(run_dir: Path) -> tuple[dict, str]:
+    """RUN's run.json and its objective's name; InputError unless that objective is generative."""
     record = read_run(run_dir)
     name = (record.get("config") or {}).get("objective")
-    from jepa_cli.objectives import OBJECTIVES
-
     if not (isinstance(name, str) and getattr(OBJECTIVES.get(name), "generative", False)):
         raise InputError(f"{run_dir}: objective {name!r} is not generative; sample a flow or diffusion run")
-    config, objective, host, ckpt_step = load_run(run_dir, step, on_fallback=lambda _s, message: log(message))
-    data_dtype = objective.to_data(np.zeros((1, *objective.sample_shape), np.float32)).dtype
-    row_shape = tuple(objective.sample_shape)
-    chunk_n = store.chunk_rows(row_shape, data_dtype.itemsize)
-    mesh_obj = None
-    if mesh:
-        from jepa_cli.training.mesh import make_mesh
+    return record, name
 
-        mesh_obj = make_mesh(mesh)
-    labels = resolve_labels(objective, n, classes, all_classes, run_dir, check_count=lambda count: _check_room(
-        output, (count, *row_shape), data_dtype, chunk_n, sampling_batch_size(count, batch_size, mesh_obj)))
+
+def _check_guidance(objective, run_dir: Path, guidance_scale: float, guidance_interval, sampler: str, steps: int,
+                    eta: float, png: Path | None) -> tuple[float, float]:
+    """The guidance interval (lo, hi) the run's schedule gives `guidance_interval`; InputError for
+    guidance of an unconditional model, a sampler the schedule lacks, or --png of latent samples."""
     lo_hi = check_interval(objective, guidance_interval)
     if guidance_scale != 1.0 and objective.config.num_classes == 0:
         raise InputError(f"{run_dir}: the model is unconditional; --guidance-scale needs a class-conditional run")
-    from jepa_cli.sampling.sampler import make_sampler
-
     make_sampler(objective, steps=steps, sampler=sampler, eta=eta)  # refuses a sampler the schedule lacks
     check_interval_guides(objective, steps, guidance_scale, guidance_interval)
     if png is not None and objective.config.modality != "image":
         raise InputError("--png draws image samples; this run samples latents")
-    params = host["ema"] if weights == "ema" else host["params"]
-    y = labels if labels is not None else np.full(n, objective.null_class, np.int32)
+    return lo_hi
+
+
+def _dataset_attributes(objective, record: dict, run_dir: Path, count: int, sampling: dict,
+                        provenance: dict) -> dict[str, Any]:
+    """The attributes of the samples' dataset: images NHWC; latents ND or NTD with the shift and
+    scale that map them back to the encoder's space."""
     c = objective.config
-    data_shape = (len(y), *row_shape)
-    sampling = {"n": n, "classes": sorted(set(labels.tolist())) if labels is not None else None,
-                "guidance_scale": guidance_scale,
-                "guidance_interval": None if guidance_interval is None else list(lo_hi), "sampler": sampler,
-                "steps": steps, "eta": eta, "seed": seed, "weights": weights, "batch_size": batch_size}
-    provenance = {"run": str(run_dir.resolve()), "step": ckpt_step, "objective": name,
-                  "model": json.loads(json.dumps(objective.to_config(), default=str)),
-                  "params_sha256": params_sha256(params)}
-    k = c.num_classes
     extra: dict[str, Any] = {}
     if c.modality == "image":
         extra["layout"] = "NHWC"
@@ -132,19 +181,22 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         shift, scale = objective.latent_norm()
         extra.update(layout="ND" if len(objective.sample_shape) == 1 else "NTD",
                      latent_shift=[float(v) for v in shift], latent_scale=[float(v) for v in scale])
-    attrs = store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, k),
-                                  source=f"jepa sample {run_dir}", split=None, num_samples=len(y),
-                                  sampling=sampling, provenance=provenance, **extra)
-    if guidance_interval is not None and guidance_scale == 1.0:  # c + 0 (c - u): the interval changes nothing
-        log(f"--guidance-interval {lo_hi[0]:g},{lo_hi[1]:g} has no effect at --guidance-scale 1 (no guidance); "
-            "give a scale other than 1, e.g. --guidance-scale 2")
-    from jepa_cli.sampling.sampler import sample_batches
+    return store.base_attributes("dataset", modality=c.modality, class_names=_class_names(record, c.num_classes),
+                                 source=f"jepa sample {run_dir}", split=None, num_samples=count,
+                                 sampling=sampling, provenance=provenance, **extra)
 
-    # Units of whole batches (batch i always holds the same rows and key), at least a chunk's rows.
-    per_batch = sampling_batch_size(len(y), batch_size, mesh_obj)
-    batches = -(-len(y) // per_batch)
-    job = {"run": provenance["run"], "step": ckpt_step, "params_sha256": provenance["params_sha256"],
-           "sampling": sampling, "rows_per_batch": per_batch, "shape": list(data_shape), "dtype": data_dtype.name}
+
+def _write_resumably(output: Path, force: bool, job: dict, chunk_n: int,
+                     draw: Callable[[list[int]], Iterator[tuple[int, np.ndarray]]],
+                     to_data: Callable[[np.ndarray], np.ndarray], refuse_non_finite: Callable[[int], InputError],
+                     labels: np.ndarray | None, attrs: dict, mark: Any,
+                     on_start: Callable[[int, int], None] | None, log: Callable[[str], None]) -> int:
+    """Draws the batches `draw` gives into the partial output of `output` and moves it into place;
+    returns the samples an earlier, stopped call had drawn. Units of whole batches (batch i always
+    holds the same rows and key), at least a chunk's rows, are written and recorded one at a time, so
+    a stopped call resumes at the first unit not recorded."""
+    count, per_batch = job["shape"][0], job["rows_per_batch"]
+    batches = -(-count // per_batch)
     tmp = partial_path(output)
     with locks.resumable_partial(tmp, output):  # one writer per partial output
         layout = resumable.open_partial(tmp, job, {"batches_per_unit": -(-chunk_n // per_batch), "chunk_n": chunk_n},
@@ -153,22 +205,17 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         unit_rows = per_unit * per_batch  # unit u holds rows [u unit_rows, (u + 1) unit_rows)
         units = range(-(-batches // per_unit))
         done = {u for u in units if resumable.read_unit(tmp, u, log) is not None}
-        resumed = sum(min(len(y), (u + 1) * unit_rows) - u * unit_rows for u in done)
+        resumed = sum(min(count, (u + 1) * unit_rows) - u * unit_rows for u in done)
         if on_start:
-            on_start(len(y), resumed)
+            on_start(count, resumed)
         samples = store.open_array(tmp / "inputs", write=True) if (tmp / "inputs").exists() else \
-            store.create_array(tmp / "inputs", data_shape, data_dtype, chunk_n=chunk_n)
-        todo = [i for i in range(batches) if i // per_unit not in done]
+            store.create_array(tmp / "inputs", tuple(job["shape"]), np.dtype(job["dtype"]), chunk_n=chunk_n)
         parts: list[np.ndarray] = []
-        for i, x in sample_batches(objective, params, y, steps=steps, sampler=sampler, eta=eta, scale=guidance_scale,
-                                   interval=guidance_interval, seed=seed, batch_size=per_batch, mesh=mesh_obj,
-                                   batches=todo, on_progress=on_progress):
+        for i, x in draw([i for i in range(batches) if i // per_unit not in done]):
             if not np.isfinite(x).all():  # to_data would store NaN as black pixels: refuse, keep nothing
                 shutil.rmtree(tmp, ignore_errors=True)  # a rerun would draw the same values: nothing to resume
-                raise InputError(f"{output}: batch {i} of the samples is not finite (NaN or inf), nothing written; "
-                                 f"the {weights} weights of {run_dir} step {ckpt_step} or the settings "
-                                 f"(--guidance-scale {guidance_scale:g}, --eta {eta:g}) diverge")
-            parts.append(objective.to_data(x))
+                raise refuse_non_finite(i)
+            parts.append(to_data(x))
             if i + 1 == batches or (i + 1) % per_unit == 0:  # the unit's last batch: write it, then record it
                 first = (i // per_unit) * unit_rows
                 block = np.concatenate(parts)
@@ -186,14 +233,7 @@ def sample_run(run_dir: str | Path, output: str | Path, *, n: int, classes: list
         except InputError:  # the place was taken: the finished samples, no longer resumable, go
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    if png is not None:  # after the commit: a stopped command leaves no picture without its dataset
-        write_grid(png, store.open_array(output / "inputs"), labels, force, names=attrs["class_names"] or None)
-    out = {"output": str(output), "num_samples": len(y), "shape": list(data_shape),
-           "samples_resumed": resumed,
-           "modality": c.modality, "run": str(run_dir), "step": ckpt_step, **sampling}
-    if png is not None:
-        out["png"] = str(png)
-    return out
+    return resumed
 
 
 def _check_room(output: str | Path, data_shape: tuple[int, ...], dtype: np.dtype, chunk_n: int,

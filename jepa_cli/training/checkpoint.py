@@ -14,10 +14,8 @@ rotated it out) is not damage: restore_newest goes on with the newest step there
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -25,19 +23,17 @@ from typing import Any, Callable
 
 import jax
 
-from jepa_cli.data.files import read_json, replace_file
 from jepa_cli.errors import InputError
+from jepa_cli.training.digest import ITEMS, digest_problem, write_digest
 from jepa_cli.training.runfiles import is_step_name
 from jepa_cli.training.abandoned_reads import settle_abandoned_reads_at_exit, silence_abandoned_reads
 
-ITEMS = ("state", "data", "config", "versions")
 UNREADABLE_DIR = "unreadable-checkpoints"  # RUN/<this>/<step>: where a resume moves damaged checkpoints
 # Orbax splits each replicated array across its replicas to write it in parallel; every split is an
 # eager slice, compiled once per shape (36 compiles, about 1.8 s, on a 2-block model with 4 replicas
 # on CPU). Below this many bytes per slice one replica writes the whole array (large arrays of large
 # models keep the parallel write). Measured in benchmarks/NOTES.md.
 REPLICA_PARALLEL_MIN_SLICE_BYTES = 4 << 20
-DIGEST_FILE = "jepa_digest.json"  # <step>/<this>: {"algorithm": "sha256", "files": {relative path: hex digest}}
 RETRIES = 5  # how often restore_newest starts over when the step it reads is rotated out meanwhile
 REMOVAL_WAIT_S = 2.0  # how long a failed read waits to see a half-removed, rotated-out step disappear
 DATA_STATE_MAX = 2**53  # a data position above this (9e15 examples) is damage, not progress
@@ -95,59 +91,6 @@ class CheckpointRemoved(InputError):
     def __init__(self, message: str, step: int):
         super().__init__(message)
         self.step = step
-
-
-def sha256_of(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes (hex), read in blocks of 4 MiB."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _file_digests(step_dir: Path) -> dict[str, str]:
-    """{path relative to step_dir: SHA-256} of every file under the step's items (state, data, config,
-    versions). FileNotFoundError when the step disappears meanwhile."""
-    paths = [Path(root) / name for item in ITEMS if (step_dir / item).is_dir()
-             for root, _dirs, files in os.walk(step_dir / item) for name in files]
-    digests = [sha256_of(path) for path in paths]
-    if not step_dir.is_dir():
-        raise FileNotFoundError(str(step_dir))
-    return dict(sorted((str(p.relative_to(step_dir)), d) for p, d in zip(paths, digests)))
-
-
-def write_digest(step_dir: str | Path) -> None:
-    """Writes step_dir/DIGEST_FILE (files.replace_file) for a committed step."""
-    step_dir = Path(step_dir)
-    record = {"algorithm": "sha256", "files": _file_digests(step_dir)}
-    replace_file(step_dir / DIGEST_FILE, json.dumps(record, indent=1).encode())
-
-
-def digest_problem(step_dir: str | Path) -> str | None:
-    """Why the step's files do not match their digest, or None when they do or when the step has no
-    digest. A file the digest lists that is missing or whose bytes changed is named; files it does
-    not list are not read by anything and are ignored. FileNotFoundError when the step disappears."""
-    step_dir = Path(step_dir)
-    path = step_dir / DIGEST_FILE
-    try:
-        record = read_json(path)
-    except FileNotFoundError:
-        if not step_dir.is_dir():
-            raise
-        return None
-    except (ValueError, OSError):
-        record = None
-    files = record.get("files") if isinstance(record, dict) and record.get("algorithm") == "sha256" else None
-    if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
-        return f"{path} is damaged (remove it to read the step unchecked)"
-    found = _file_digests(step_dir)
-    for name, digest in files.items():
-        if name not in found:
-            return f"{name} is missing"
-        if found[name] != digest:
-            return f"{name} does not match its SHA-256 in {DIGEST_FILE}"
-    return None
 
 
 def _check_data_state(data: Any) -> dict[str, Any]:

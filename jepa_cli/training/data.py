@@ -19,7 +19,9 @@ import jax
 import numpy as np
 
 from jepa_cli.data import store
-from jepa_cli.data.files import check_regular_tree, read_json
+from jepa_cli.data.files import check_regular_tree
+from jepa_cli.data.urls import BucketPath, location
+from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.errors import InputError
 
 IN_MEMORY_BYTES = 256 << 20  # datasets up to this size are read into memory once
@@ -51,14 +53,14 @@ class ZarrSource:
     when `with_labels`. Small datasets are read into memory once unless `whole` is False."""
 
     def __init__(self, path: str | Path, with_labels: bool = False, whole: bool = True):
-        self.path = Path(path)
+        self.path = location(path)
         self.key = store.read_attributes(self.path).get("modality", "image")
         self.with_labels = with_labels
         self.whole = whole
         self._array = None
         self._labels = None
         self._opening = threading.Lock()
-        meta = read_json(self.path / "inputs" / "zarr.json")
+        meta = store.read_metadata(self.path / "inputs", "array")
         self._shape = tuple(meta["shape"])
         self._itemsize = np.dtype(meta["data_type"]).itemsize
 
@@ -85,9 +87,11 @@ class ZarrSource:
             return store.read_array(self.path / "inputs")
         import tensorstore as ts
 
-        check_regular_tree(self.path / "inputs")  # a chunk that is a named pipe would hang the read
-        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str((self.path / "inputs").resolve())},
-                "context": {"cache_pool": {"total_bytes_limit": 256 << 20}}, "recheck_cached_data": False}
+        if not isinstance(self.path, BucketPath):
+            check_regular_tree(self.path / "inputs")  # a chunk that is a named pipe would hang the read
+        spec = store.zarr_spec(self.path / "inputs")
+        spec["context"] = spec.get("context", {}) | {"cache_pool": {"total_bytes_limit": 256 << 20}}
+        spec["recheck_cached_data"] = False
         return ts.open(spec, read=True).result()
 
     def __len__(self) -> int:
@@ -134,7 +138,7 @@ class DataLoader:
         self.iterator = iter(self.dataset)
 
     def get_state(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self.iterator.get_state(), default=_jsonable))
+        return json_value(self.iterator.get_state())
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves the iterator to a position saved by get_state; InputError for one that does not fit
@@ -174,9 +178,3 @@ def _process_share(stream, global_batch: int, local_batch: int, process_index: i
         return stream[batch * global_batch + process_index * local_batch + row]
 
     return grain.MapDataset.range(len(stream) // (global_batch // local_batch)).map(element)
-
-
-def _jsonable(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)

@@ -154,8 +154,9 @@ def geometry(name: str, objective: Any) -> dict[str, Any]:
                            "patch_size": int(model.patch_size), "channels": int(model.channels),
                            "pred_width": int(model.pred_width), "pred_depth": int(model.pred_depth),
                            "pred_heads": int(model.predictor_heads)}
-    if name == "audio-jepa":
-        out.update(frames=int(config.frames), mel_bins=int(config.mel_bins))
+    if name == "audio-jepa":  # the spectrogram's extent: square patches (_check_official), so the model's input
+        frames, mel_bins = as_pair(model.image_size)
+        out.update(frames=frames, mel_bins=mel_bins)
     else:  # and the input normalisation, so that the imported run encodes as this one
         out.update(image_size=int(as_pair(model.image_size)[0]), mean=[float(v) for v in config.norm_mean],
                    std=[float(v) for v in config.norm_std])
@@ -164,18 +165,26 @@ def geometry(name: str, objective: Any) -> dict[str, Any]:
     return out
 
 
+# A LeJEPA run's one encoder is written in the layout of the JEPA that reads its modality
+LEJEPA_LAYOUTS = {"image": "ijepa", "video": "vjepa", "audio": "audio-jepa"}
+
+
 def _official_run(run_dir: Path, what: str) -> tuple[dict[str, Any], str]:
-    """(run.json, objective name) of RUN, refused unless its objective has an official layout (`what`
-    says what the layouts are for, in the refusal)."""
+    """(run.json, the official layout's objective name) of RUN, refused unless its objective has an
+    official layout (`what` says what the layouts are for, in the refusal); a lejepa run takes the
+    layout of its modality's JEPA (LEJEPA_LAYOUTS)."""
     from jepa_cli.training.runfiles import read_run
 
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
     record = read_run(run_dir)
     name = record["config"].get("objective")
+    if name == "lejepa":
+        modality = (record["config"].get("objective_config") or {}).get("modality", "image")
+        return record, LEJEPA_LAYOUTS.get(modality, "ijepa")
     if name not in OFFICIAL:
         raise InputError(f"{run_dir}: a {name!r} run; {what} "
-                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} runs only")
+                         f"{', '.join(f'{k} ({v.repository})' for k, v in OFFICIAL.items())} and lejepa runs only")
     return record, name
 
 
@@ -202,9 +211,16 @@ def export_run(run_dir: str | os.PathLike, output: str | os.PathLike, *, step: i
     log = on_log or (lambda message: None)
     config, objective, host, step = load_run(run_dir, step, on_fallback=lambda _step, message: log(message))
     model = _check_official(run_dir, name, objective)
-    wanted = PARTS if full else ("target_encoder" if weights == "target" else "encoder",)
-    trees = {"encoder": host["params"]["encoder"], "predictor": host["params"]["predictor"],
-             "target_encoder": host["ema"]}
+    if objective.ema_spec is None:  # lejepa: one encoder, which is both the target and the context encoder
+        if full:
+            raise InputError(f"{run_dir}: a {config.get('objective')!r} run has one encoder, no predictor and no "
+                             "EMA: export it without --all")
+        wanted = ("target_encoder",)  # the part encode-latents --weights target reads, under the official key
+        trees = {"target_encoder": host["params"]["encoder"]}
+    else:
+        wanted = PARTS if full else ("target_encoder" if weights == "target" else "encoder",)
+        trees = {"encoder": host["params"]["encoder"], "predictor": host["params"]["predictor"],
+                 "target_encoder": host["ema"]}
     for part in wanted:
         found = first_non_finite(trees[part])
         if found is not None:
@@ -270,6 +286,9 @@ def snippet(run_dir: str | os.PathLike) -> str:
 
     run_dir = Path(run_dir)
     record, name = _official_run(run_dir, "the official classes are those of")
+    if name == "audio-jepa" and record["config"].get("objective") == "lejepa":
+        raise InputError(f"{run_dir}: a lejepa audio run reads the Kaldi log-mel of `jepa probe --raw`, not "
+                         "Audio-JEPA's front end: --print-snippet writes the image and video runs' code only")
     cfg = build_config(record["config"])
     objective = make_objective(cfg.objective, cfg.objective_config)
     _check_official(run_dir, name, objective)

@@ -3,7 +3,7 @@
 Validates everything first (training/plan.py: dataset, objective options, mesh, batch, an existing
 RUN, and the step itself, traced once on abstract values so that trace-time checks such as the mask
 options run) before writing anything, so bad input leaves RUN untouched or, for a new run, absent.
-While it trains, process 0 holds RUN's lock (run.RunLock): a second trainer on the same RUN is
+While it trains, process 0 holds RUN's lock (runfiles.run_lock): a second trainer on the same RUN is
 refused. SIGINT/SIGTERM finish the current step, save and return (a second signal stops at once); a
 non-finite loss or gradient stops the run with the last good checkpoint kept.
 """
@@ -11,15 +11,13 @@ non-finite loss or gradient stops the run with the last good checkpoint kept.
 from __future__ import annotations
 
 import dataclasses
-import math
-import signal
-import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.errors import InputError, JepaError, Terminated, storage_failure
+from jepa_cli.data.jsonvalues import json_value
+from jepa_cli.errors import InputError, JepaError, StopRequest, signals_handled, storage_failure
 from jepa_cli.training.config import TrainConfig, warmup_warning
 from jepa_cli.training.plan import Plan, ProbeFactory, QualityFactory, make_plan, uses_labels
 from jepa_cli.training.rundir import RESERVE_FILE, lock_run, start_writing, storage_stop
@@ -70,52 +68,20 @@ def collapse_sign(metrics: dict[str, Any], config, rank_peak: float | None = Non
     return None
 
 
-def _jsonable_metrics(m: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in m.items():
-        if isinstance(v, (np.generic, np.ndarray)):
-            v = v.item() if np.ndim(v) == 0 else np.asarray(v).tolist()
-        if isinstance(v, float) and not math.isfinite(v):
-            v = None
-        out[k] = v
-    return out
+def agreed_stop(stop: StopRequest) -> str | None:
+    """The signal to stop on at this step, the same in every process: with several processes, a
+    signal that reached any of them (they save together, so they must stop at the same step).
+    One tiny host all-gather per step, only in multi-process runs."""
+    import jax
 
+    if jax.process_count() == 1:
+        return stop.signal
+    from jax.experimental import multihost_utils
 
-class _StopFlag:
-    def __init__(self):
-        self.signal: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        if self.signal is not None:  # a second signal: stop now, without waiting for the save
-            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-    def agreed(self) -> str | None:
-        """The signal to stop on at this step, the same in every process: with several processes, a
-        signal that reached any of them (they save together, so they must stop at the same step).
-        One tiny host all-gather per step, only in multi-process runs."""
-        import jax
-
-        if jax.process_count() == 1:
-            return self.signal
-        from jax.experimental import multihost_utils
-
-        names = ("SIGINT", "SIGTERM")
-        mine = np.int32(names.index(self.signal) + 1 if self.signal in names else 0)
-        code = int(np.max(multihost_utils.process_allgather(mine)))
-        return names[code - 1] if code else None
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+    names = ("SIGINT", "SIGTERM")
+    mine = np.int32(names.index(stop.signal) + 1 if stop.signal in names else 0)
+    code = int(np.max(multihost_utils.process_allgather(mine)))
+    return names[code - 1] if code else None
 
 
 def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = None, resume: bool = False,
@@ -128,10 +94,8 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
     logged as `sigreg_quality` (QualityFactory; `jepa train` passes evaluation.quality.training_quality)."""
     import jax
 
-    cb = callbacks or Callbacks()
     main = jax.process_index() == 0
-    if not main:
-        cb = Callbacks()
+    cb = (callbacks or Callbacks()) if main else Callbacks()
     plan = make_plan(config, objective, resume, force, allow_new_data, make_probe, make_quality)
     created = main and not plan.out.exists()
     lock, mode = lock_run(plan.out, main, plan.mode, resume, force, plan.seen)
@@ -191,10 +155,7 @@ def _train_locked(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, mai
     """The part of train() that runs holding RUN's lock: restore (`mode` "resume") or clear RUN, then train.
     A write the file system refuses (a full disk, ...) stops the run in one InputError (rundir.storage_stop)."""
     out, lengths = plan.out, plan.lengths
-    ckpts = None
-    state = None
-    data_state: dict[str, Any] = {}
-    start_step = 0
+    ckpts, state, data_state, start_step = None, None, {}, 0
     if mode == "resume":
         ckpts, state, data_state, start_step = _restore(plan, config, cb, main)
         if plan.new_data:  # the saved position is one in the dataset the run was started on
@@ -248,16 +209,14 @@ def _train_written(config: TrainConfig, plan: Plan, mode: str, cb: Callbacks, ma
             cb.on_warning(warning)
     cb.on_start({"run": str(out), "start_step": held.step, "steps": lengths["steps"], "mesh": dict(plan.mesh.shape),
                  "devices": len(jax.devices()), "processes": jax.process_count(), **lengths})
-    stop = _StopFlag()
-    stop.install()
-    session = _Session(config, plan, cb, main, held, state, loader, plan.quality)
-    failed = True
+    stop, session, failed = StopRequest(), None, True
     try:
-        session.run(stop)
+        with signals_handled(stop):  # the first signal stops at the end of the step, after a save
+            session = _Session(config, plan, cb, main, held, state, loader, plan.quality)
+            session.run(stop)
         failed = False
     finally:
-        stop.restore()
-        _close_all(session.metrics_file, held.ckpts, quiet=failed)
+        _close_all(session and session.metrics_file, held.ckpts, quiet=failed)
         if main:
             (out / RESERVE_FILE).unlink(missing_ok=True)
     return {**session.summary, "checkpoints": held.ckpts.steps()}
@@ -287,7 +246,7 @@ class _Session:
                              if main else None)
         self.t_last, self.n_since = time.perf_counter(), 0  # the examples/s of the next row
 
-    def run(self, stop: _StopFlag) -> None:
+    def run(self, stop: StopRequest) -> None:
         """Trains from `held.step` to the run's end or a signal agreed by every process, saves the
         final state and marks run.json finished or interrupted; fills `summary` (but its checkpoints)."""
         import jax
@@ -313,7 +272,7 @@ class _Session:
                 self.record(*pending)
             pending = (step_no, metrics)
             self.cb.after_step(step_no)
-            stopping = stop.agreed()  # read once: a signal arriving later is handled next step
+            stopping = agreed_stop(stop)  # read once: a signal arriving later is handled next step
             wants_save = bool(self.config.save_every and step_no % self.config.save_every == 0)
             if wants_save or stopping or step_no == self.steps:
                 self.record(*pending)
@@ -373,10 +332,10 @@ class _Session:
             now = time.perf_counter()
             rate = self.n_since / max(now - self.t_last, 1e-9)
             self.t_last, self.n_since = now, 0
-            self.last = {"step": step_no, **_jsonable_metrics(host), "examples_per_sec": rate}
+            self.last = {"step": step_no, **json_value(host), "examples_per_sec": rate}
             if self.metrics_file:
                 self.metrics_file.write(self.last)
-        self.cb.on_step({"step": step_no, **_jsonable_metrics(host)})
+        self.cb.on_step({"step": step_no, **json_value(host)})
         if not finite:
             self.diverged(step_no, host)
         sign = self.collapse.update(host)

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data.urls import BucketPath, location
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import TrainConfig, length_notes, resolve_lengths
 from jepa_cli.training.rundir import check_outputs, check_run_dir
@@ -184,10 +185,8 @@ def make_plan(config: TrainConfig, objective, resume: bool, force: bool, allow_n
         raise InputError("--data is required")
     if not config.out:
         raise InputError("--out is required")
-    for option, path in (("--data", config.data), ("--out", config.out)):
-        if "://" in path:  # Path() would quietly make a local folder named gs:
-            raise InputError(f"{option} {path}: URLs are not supported; mount the bucket and give its local path "
-                             "(docs/distributed.md)")
+    check_run_location(config.out)
+    location(config.data)  # a malformed or unsupported URL is refused before any work
     out = Path(config.out)
     if resume and (out / RUN_FILE).is_file():  # an encoder-only run has nothing to resume, whatever else is asked
         check_resumable(read_run(out), out)
@@ -248,12 +247,25 @@ def _train_transform(config: TrainConfig, objective) -> tuple[Callable, Callable
     return transform, on_device
 
 
+def check_run_location(out: str) -> None:
+    """InputError for a run directory in a bucket (s3://, gs://) or at a malformed URL: a run needs its
+    files and checkpoints written under the bucket's writer lease (`locks.LeaseLock`, which outputs
+    hold) with an atomic commit of each, which runs do not do yet (docs/distributed.md, "Data in a
+    bucket")."""
+    if isinstance(location(out), BucketPath):
+        raise InputError(f"--out {out}: runs in a bucket are not supported yet (a run's files and checkpoints are "
+                         "not written under a writer lease with an atomic commit of each); write the run to a local "
+                         "folder, the data may stay in the bucket")
+
+
 def _dataset_identity(path: str) -> dict[str, str]:
     """What run.json records to know its dataset again on --resume: the absolute path and
     `store.dataset_fingerprint` (the metadata, and each chunk file's name, size and mtime)."""
     from jepa_cli.data import store
 
-    return {"path": str(Path(path).resolve()), "fingerprint": store.dataset_fingerprint(path)}
+    from jepa_cli.data.urls import location
+
+    return {"path": str(location(path).resolve()), "fingerprint": store.dataset_fingerprint(path)}
 
 SUMMARY_KEYS = ("num_samples", "modality", "shape", "dtype")  # what a dataset holds, as run.json records it
 

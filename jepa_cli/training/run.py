@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.errors import InputError
-from jepa_cli.training.runfiles import (METRICS_FILE, checkpoint_steps, read_metrics, read_run, saved_config,
-                                        to_json_value)
+from jepa_cli.training.runfiles import METRICS_FILE, checkpoint_steps, read_metrics, read_run, saved_config
 
 def make_objective(name: str, objective_config: dict[str, Any], total_updates: float | None = None):
     """An objective by registry name, or 'module:factory' (factory(config) -> Objective) for
@@ -37,7 +37,7 @@ def make_objective(name: str, objective_config: dict[str, Any], total_updates: f
 
 def objective_config_of(objective, fallback: dict[str, Any]) -> dict[str, Any]:
     to_config = getattr(objective, "to_config", None)
-    return json.loads(json.dumps(to_config() if to_config else fallback, default=to_json_value))
+    return json_value(to_config() if to_config else fallback)
 
 
 def build_optimizer(cfg, objective, lengths: dict[str, int], abstract_params: Any):
@@ -170,7 +170,7 @@ class MetricsWriter:
                                                dir=str(run_dir), config=run_config or {})
 
     def write(self, row: dict[str, Any]) -> None:
-        self._file.write(json.dumps(row) + "\n")
+        self._file.write(json.dumps(json_value(row), allow_nan=False) + "\n")
         self._file.flush()
         scalars = {key: float(value) for key, value in row.items()
                    if key != "step" and isinstance(value, (int, float)) and np.isfinite(value)}

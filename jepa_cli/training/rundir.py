@@ -17,7 +17,7 @@ import numpy as np
 from jepa_cli.data.files import read_jsonl, replace_file
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import TrainConfig
-from jepa_cli.training.runfiles import (LOCK_FILE, METRICS_FILE, RUN_FILE, RunLock, busy_run, checkpoint_steps,
+from jepa_cli.training.runfiles import (LOCK_FILE, METRICS_FILE, RUN_FILE, busy_run, checkpoint_steps, run_lock,
                                         run_identity, write_run)
 
 
@@ -37,7 +37,7 @@ def check_run_dir(out: Path, resume: bool, force: bool, locked: bool = False) ->
         return "new"
     if not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
-    holder = None if locked else RunLock.holder(out)
+    holder = None if locked else run_lock(out).holder()
     if holder is not None:
         raise busy_run(out, holder)
     if not any(p.name != LOCK_FILE for p in out.iterdir()):
@@ -98,7 +98,7 @@ RUN_MODES = ("new", "resume", "force")  # what check_run_dir finds
 
 def lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool,
              seen: tuple[int, int, int] | None) -> tuple[Any, str]:
-    """Process 0 creates RUN if needed, locks it (run.RunLock) and, holding the lock, checks RUN
+    """Process 0 creates RUN if needed, locks it (runfiles.run_lock) and, holding the lock, checks RUN
     again (`check_run_dir`: another trainer may have written it since `make_plan` looked, finding
     the mode `planned` and the run.json `seen`, run.run_identity): a run resumed or replaced must be
     the one the user was shown, not one another process wrote meanwhile.
@@ -112,7 +112,7 @@ def lock_run(out: Path, main: bool, planned: str, resume: bool, force: bool,
     if main:
         try:
             out.mkdir(exist_ok=True)
-            lock = RunLock(out)
+            lock = run_lock(out)
             lock.acquire()
             mode = check_run_dir(out, resume, force, locked=True)
             if mode != planned and mode != "new" or mode != "new" and run_identity(out) != seen:

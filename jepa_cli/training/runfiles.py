@@ -4,13 +4,14 @@ checkpoints (docs/formats.md, "Runs")."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from jepa_cli.data.files import DamagedFile, read_json, read_jsonl, replace_file
+from jepa_cli.data.jsonvalues import json_value
+from jepa_cli.data.locks import Lock, make_lock
 from jepa_cli.errors import InputError
 
 RUN_FILE = "run.json"
@@ -22,71 +23,10 @@ NORM_EPS_OBJECTIVES = ("ijepa", "vjepa", "audio-jepa", "lejepa")
 SAVED_NORM_EPS = 1e-6
 
 
-class RunLock:
-    """An exclusive advisory lock on a run directory: flock(2) on RUN/.lock, which holds the pid of
-    the holder. The kernel drops it when the holder exits, however it exits (SIGKILL included), so a
-    lock file left behind is no lock. A second trainer gets an InputError naming the holder."""
-
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise busy_run(self.run_dir, holder) from None
-            # The previous holder unlinks the file before it lets go (release), so the file we locked
-            # may be gone: then lock the one that is there now.
-            try:
-                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                current = False
-            if current:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-
-    @staticmethod
-    def holder(run_dir: str | Path) -> str | None:
-        """The pid (as RUN/.lock records it) of a live process holding RUN's lock, or None when no
-        process holds it (or the file system cannot lock). Looks without waiting and without
-        creating anything."""
-        try:
-            fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        except OSError:
-            return None
-        finally:
-            os.close(fd)  # also drops the shared lock just taken
-        return None
-
-    def release(self) -> None:
-        """Removes RUN/.lock, then unlocks (in this order: see acquire)."""
-        if self._fd is None:
-            return
-        self.path.unlink(missing_ok=True)
-        os.close(self._fd)
-        self._fd = None
-
-    def __enter__(self) -> "RunLock":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+def run_lock(run_dir: str | Path) -> Lock:
+    """The exclusive lock a trainer holds on RUN: RUN/.lock, holding the holder's pid (data/locks.py,
+    gone with its holder however it exits). A second trainer gets busy_run, naming the holder."""
+    return make_lock(Path(run_dir) / LOCK_FILE, refusal=lambda holder: busy_run(run_dir, holder), pid_file=True)
 
 
 def busy_run(run_dir: str | Path, holder: str) -> InputError:
@@ -147,17 +87,7 @@ def saved_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
-    replace_file(Path(run_dir) / RUN_FILE, json.dumps(record, indent=2, default=to_json_value).encode())
-
-
-def to_json_value(v: Any) -> Any:
-    """`v` as JSON holds it (json.dumps' `default`): arrays and NumPy scalars as lists and numbers,
-    tuples as lists, anything else as its text."""
-    if hasattr(v, "tolist"):
-        return v.tolist()
-    if isinstance(v, tuple):
-        return list(v)
-    return str(v)
+    replace_file(Path(run_dir) / RUN_FILE, json.dumps(json_value(record), indent=2, allow_nan=False).encode())
 
 
 def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str, Any]]:
