@@ -18,7 +18,7 @@ os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {C
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's `jepa` subprocesses that run on one device share one persistent XLA cache inside the
 # checkout (jepa's own JEPA_CACHE_DIR, not the user's ~/.cache). Processes that simulate several CPU
-# devices, this one included, keep none, as `jepa` itself does (cli/main.py, compilation_cache_dir):
+# devices, this one included, keep none, as `jepa` itself does (cli/compile_cache.py, compilation_cache_dir):
 # a training step whose all-reduces were loaded from the cache deadlocks (XLA aborts the process after
 # 40 s). The price is the compiles one test repeats of another's: 59 of 1,476 in the heaviest
 # in-process files, about a tenth of their CPU (benchmarks/NOTES.md, "Test compiles on public JAX").

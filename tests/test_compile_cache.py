@@ -1,7 +1,7 @@
-"""The persistent XLA compilation cache: where it lives and how it is turned off (cli/main.py)."""
+"""The persistent XLA compilation cache: where it lives and how it is turned off (cli/compile_cache.py)."""
 
-from jepa_cli.cli.main import (CACHE_MAX_BYTES, compilation_cache_dir, compilation_cache_off_reason,
-                               use_compilation_cache)
+from jepa_cli.cli.compile_cache import (CACHE_MAX_BYTES, compilation_cache_dir, compilation_cache_off_reason,
+                                        use_compilation_cache)
 
 
 def test_cache_defaults_to_xdg_cache_home():

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 # The make runs see one CPU device, not the suite's 8 simulated ones: this file tests make's
-# orchestration, and `jepa` keeps a compilation cache only on one device (cli/main.py,
+# orchestration, and `jepa` keeps a compilation cache only on one device (cli/compile_cache.py,
 # compilation_cache_dir), so the runs share the suite's cache and compile less.
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": COMPILE_FASTER}
 TINY_RECIPE = """

@@ -24,7 +24,7 @@ def command(as_json: bool, verbose: int, quiet: bool) -> None:
 
     import jax
 
-    from jepa_cli.cli.main import compilation_cache_off_reason
+    from jepa_cli.cli.compile_cache import compilation_cache_off_reason
     from jepa_cli.training.distributed import environment_report
 
     from jepa_cli.data.urls import variables_set

@@ -86,7 +86,7 @@ def command(config_path, print_config, resume, force, allow_new_data, coordinato
         return 0
 
     config = resolve_config(_cli_values(options), config_path, resume=resume)
-    if config.out:  # a run in a bucket is refused before the dataset is asked for
+    if config.out:  # a malformed run URL is refused before the dataset is asked for
         from jepa_cli.training.plan import check_run_location
 
         check_run_location(config.out)
