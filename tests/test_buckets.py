@@ -219,11 +219,11 @@ def test_env_says_which_bucket_variables_are_set_never_their_values(run_cli, mon
     assert "s3cr3t-value" not in human.stdout + result.stdout
 
 
-def test_a_run_in_a_bucket_is_refused_before_anything_is_written(run_cli, tmp_path, monkeypatch):
+def test_a_run_at_a_malformed_bucket_url_is_refused_before_anything_is_written(run_cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = run_cli("train", "--config", RECIPE, "--data", "s3://bkt/data.zarr", "--out", "s3://bkt/run",
+    result = run_cli("train", "--config", RECIPE, "--data", "s3://bkt/data.zarr", "--out", "s3://bkt/a/../run",
                      "--steps", "1")
-    assert_user_error(result, "--out s3://bkt/run: runs in a bucket are not supported yet")
+    assert_user_error(result, "s3://bkt/a/../run: a bucket path may not hold '.' or '..' segments")
     assert list(tmp_path.iterdir()) == []
 
 

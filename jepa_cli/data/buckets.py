@@ -34,7 +34,7 @@ def open_store(url: BucketPath):
         raise failure(url, exc) from None
 
 
-def _result(url: BucketPath, future: Any) -> Any:
+def result(url: BucketPath, future: Any) -> Any:
     """The result of the TensorStore future of a request to `url`; its failure as one line."""
     try:
         return future.result()
@@ -44,13 +44,13 @@ def _result(url: BucketPath, future: Any) -> Any:
 
 def read_object(url: BucketPath, name: str) -> bytes | None:
     """The bytes of the object `name` under the prefix `url`, or None if there is none."""
-    found = _result(url, open_store(url).read(name))
+    found = result(url, open_store(url).read(name))
     return found.value if found.state == "value" else None
 
 
 def keys(url: BucketPath) -> list[str]:
     """Every key of the artifact under the prefix `url` (its writer's lease left out), relative to it, sorted."""
-    found = (k.decode("utf-8", "surrogateescape") for k in _result(url, open_store(url).list()))
+    found = (k.decode("utf-8", "surrogateescape") for k in result(url, open_store(url).list()))
     return sorted(key for key in found if key != LEASE_KEY)
 
 
@@ -72,22 +72,23 @@ def local_files(root: Path) -> Iterator[tuple[str, Path]]:
             yield file.relative_to(root).as_posix(), file
 
 
-def publish(folder: Path, url: BucketPath, before_commit: Callable[[], None] = lambda: None) -> None:
-    """Uploads the finished zarr hierarchy `folder` to the prefix `url`: every object but the
-    group's zarr.json first (UPLOADS_IN_FLIGHT at a time), the group's zarr.json last, once all the
-    others are stored and `before_commit()` returned (the writer's lease confirmed). A failure or a
-    signal before the last write leaves no group zarr.json, so readers never take the prefix for a
-    complete artifact."""
+def publish(folder: Path, url: BucketPath, before_commit: Callable[[], None] = lambda: None,
+            commit: str = GROUP_METADATA) -> None:
+    """Uploads the finished folder `folder` (a zarr hierarchy, or a run's checkpoint step) to the prefix
+    `url`: every object but its commit marker `commit` (the group's zarr.json) first (UPLOADS_IN_FLIGHT
+    at a time), the marker last, once all the others are stored and `before_commit()` returned (the
+    writer's lease confirmed). A failure or a signal before the last write leaves no marker, so readers
+    never take the prefix for a complete artifact. FileNotFoundError when a file goes meanwhile."""
     store = open_store(url)
     in_flight: list[Any] = []  # TensorStore futures of the writes under way
     try:
         for key, file in local_files(folder):
-            if key != GROUP_METADATA:
+            if key != commit:
                 in_flight.append(store.write(key, file.read_bytes()))
             if len(in_flight) >= UPLOADS_IN_FLIGHT:
-                _result(url, in_flight.pop(0))
+                result(url, in_flight.pop(0))
         while in_flight:
-            _result(url, in_flight.pop(0))
+            result(url, in_flight.pop(0))
     finally:  # an error or a signal: let the writes already started end before the command does
         for future in in_flight:
             try:
@@ -95,7 +96,7 @@ def publish(folder: Path, url: BucketPath, before_commit: Callable[[], None] = l
             except BaseException:  # noqa: BLE001 - the first exception is the one reported
                 pass
     before_commit()
-    _result(url, store.write(GROUP_METADATA, (folder / GROUP_METADATA).read_bytes()))
+    result(url, store.write(commit, (folder / commit).read_bytes()))
 
 
 def clear(url: BucketPath) -> None:
@@ -105,16 +106,23 @@ def clear(url: BucketPath) -> None:
     import tensorstore as ts
 
     store = open_store(url)
-    _result(url, store.delete_range(_range(GROUP_METADATA)))
-    _result(url, store.delete_range(ts.KvStore.KeyRange("", LEASE_KEY)))
-    _result(url, store.delete_range(ts.KvStore.KeyRange(LEASE_KEY + "\0", "")))  # "": no upper bound
+    result(url, store.delete_range(key_range(GROUP_METADATA)))
+    result(url, store.delete_range(ts.KvStore.KeyRange("", LEASE_KEY)))
+    result(url, store.delete_range(ts.KvStore.KeyRange(LEASE_KEY + "\0", "")))  # "": no upper bound
 
 
-def _range(key: str):
+def key_range(key: str):
     """The KeyRange of the one object `key`."""
     import tensorstore as ts
 
     return ts.KvStore.KeyRange(key, key + "\0")
+
+
+def prefix_range(prefix: str):
+    """The KeyRange of every key that starts with `prefix` (not empty)."""
+    import tensorstore as ts
+
+    return ts.KvStore.KeyRange(prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))
 
 
 def fingerprint(url: BucketPath) -> str:
@@ -124,7 +132,7 @@ def fingerprint(url: BucketPath) -> str:
     store = open_store(url)
     digest = hashlib.sha256()
     for key in keys(url):
-        found = _result(url, store.read(key, byte_range=slice(0, 0)))
+        found = result(url, store.read(key, byte_range=slice(0, 0)))
         digest.update(key.encode("utf-8", "surrogateescape") + b"\0" + bytes(found.stamp.generation) + b"\0")
         if key == GROUP_METADATA or key.endswith("/" + GROUP_METADATA):
             digest.update(read_object(url, key) or b"")
@@ -144,7 +152,8 @@ def staging_root() -> Path:
 
 def staging_folder(url: BucketPath) -> Path:
     """The local folder (created if needed) that keeps the resumable partial of the bucket output
-    `url` across runs: named by a hash of the URL, so a rerun of the same command finds it."""
+    `url` across runs, or the local mirror of a run in a bucket (training/bucket_run.py): named by a
+    hash of the URL, so a rerun of the same command finds it."""
     folder = staging_root() / hashlib.sha256(str(url).encode()).hexdigest()[:16]
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder

@@ -10,8 +10,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from jepa_cli.data import store
-from jepa_cli.data.urls import location
+from jepa_cli.data import buckets, store
+from jepa_cli.data.urls import BucketPath, bucket_run_refusal, location
 from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.errors import InputError
 
@@ -30,6 +30,8 @@ def describe(path: str | Path) -> dict[str, Any]:
     path = location(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
+    if isinstance(path, BucketPath) and buckets.read_object(path, RUN_MARKER) is not None:
+        raise bucket_run_refusal(path)
     if isinstance(path, Path) and (path / RUN_MARKER).exists():
         kind, attrs = "run", {}
     else:

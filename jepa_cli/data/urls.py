@@ -120,6 +120,13 @@ def is_bucket(value: Any) -> bool:
     return isinstance(value, BucketPath) or isinstance(value, str) and _URL.fullmatch(value) is not None
 
 
+def bucket_run_refusal(url: str | BucketPath) -> InputError:
+    """The refusal of a run in a bucket by a command that reads runs: only `jepa train` (and its
+    --resume) writes and reads runs in a bucket, in a local mirror (training/bucket_run.py)."""
+    return InputError(f"{url}: this command reads runs in a local folder only (a run in a bucket is trained and "
+                      "resumed by jepa train); copy it to a folder first, e.g. aws s3 sync URL DIR")
+
+
 def retries(environ: Mapping[str, str]) -> int:
     """The retries of a failed bucket request: JEPA_BUCKET_RETRIES, else DEFAULT_RETRIES."""
     text = environ.get("JEPA_BUCKET_RETRIES", "").strip()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jepa_cli.errors import InputError
-from jepa_cli.training.runfiles import RUN_FILE, checkpoint_steps, read_metrics, read_run
+from jepa_cli.training.runfiles import RUN_FILE, check_local_run, checkpoint_steps, read_metrics, read_run
 
 PROBE_KEYS = ("knn_top1", "knn_top5")  # the training-time probe's figures (--probe-every)
 QUALITY_KEY = "sigreg_quality"  # the label-free figure the trainer logs (evaluation/quality.py)
@@ -27,6 +27,8 @@ def find_runs(folders: list[str | Path], warn: Callable[[str], None] = lambda me
     up is no loop); a folder that cannot be read is named by `warn`. A run named twice is listed once.
     InputError naming a folder that does not exist or holds no run."""
     found: list[Path] = []
+    for folder in folders:
+        check_local_run(folder)
     for folder in map(Path, folders):
         if not folder.is_dir():
             raise InputError(f"{folder}: no such folder")

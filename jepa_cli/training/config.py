@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jepa_cli.data.urls import is_bucket, location
 from jepa_cli.errors import InputError
 from jepa_cli.names import OBJECTIVE_NAMES
 from jepa_cli.options import Flag, check, flags, option
@@ -267,10 +268,16 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
     the options given, each on the command line or by its variable)."""
     stored: dict[str, Any] = {}
     out = cli_values.get("out")
-    if resume and out and (Path(out) / "run.json").exists():
+    record = None
+    if resume and out and is_bucket(out):  # a run in a bucket (training/bucket_run.py)
+        from jepa_cli.training.bucket_run import read_bucket_run
+
+        record = read_bucket_run(location(out))
+    elif resume and out and (Path(out) / "run.json").exists():
         from jepa_cli.training.runfiles import read_run
 
         record = read_run(out)
+    if record is not None:
         stored = dict(record.get("config", {}))
         stored["objective_config"] = {k: v for k, v in stored.get("objective_config", {}).items()
                                       if k != "total_updates"}  # recomputed from the run length
@@ -284,6 +291,7 @@ def resolve_config(cli_values: dict[str, Any], toml_path: str | Path | None = No
     if resume and out and not values.get("data"):
         # With --data, --resume of a missing RUN starts it (one command that starts or continues a run,
         # as a requeued cluster job does); without, there is nothing to continue and nothing to start.
-        what = "does not exist" if not os.path.lexists(out) else "holds no run to resume (no run.json)"
+        what = "does not exist" if not is_bucket(out) and not os.path.lexists(out) else \
+            "holds no run to resume (no run.json)"
         raise InputError(f"{out}: {what}; check the path, or give --data to start a new run there")
     return build_config(values)

@@ -10,6 +10,7 @@ non-finite loss or gradient stops the run with the last good checkpoint kept.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any, Callable
@@ -17,7 +18,9 @@ from typing import Any, Callable
 import numpy as np
 
 from jepa_cli.data.jsonvalues import json_value
+from jepa_cli.data.urls import BucketPath
 from jepa_cli.errors import InputError, JepaError, StopRequest, signals_handled, storage_failure
+from jepa_cli.training.bucket_run import bucket_run, mirrored
 from jepa_cli.training.config import TrainConfig, warmup_warning
 from jepa_cli.training.plan import Plan, ProbeFactory, QualityFactory, make_plan, uses_labels
 from jepa_cli.training.rundir import RESERVE_FILE, lock_run, start_writing, storage_stop
@@ -94,6 +97,10 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
     logged as `sigreg_quality` (QualityFactory; `jepa train` passes evaluation.quality.training_quality)."""
     import jax
 
+    url = bucket_run(config.out)
+    if url is not None:
+        return _train_in_bucket(url, config, objective, callbacks, resume, force, allow_new_data, make_probe,
+                                make_quality)
     main = jax.process_index() == 0
     cb = (callbacks or Callbacks()) if main else Callbacks()
     plan = make_plan(config, objective, resume, force, allow_new_data, make_probe, make_quality)
@@ -106,6 +113,36 @@ def train(config: TrainConfig, objective=None, callbacks: Callbacks | None = Non
             lock.release()
         if created and plan.out.is_dir() and not any(plan.out.iterdir()):
             plan.out.rmdir()  # failed before writing anything: leave no trace
+
+
+def _train_in_bucket(url: BucketPath, config: TrainConfig, objective, callbacks: Callbacks | None, resume: bool,
+                     force: bool, allow_new_data: bool, make_probe: ProbeFactory | None,
+                     make_quality: QualityFactory | None) -> dict[str, Any]:
+    """`train` of a run in a bucket: in a local mirror of it, under its writer lease, uploaded at each
+    checkpoint save and when training stops (training/bucket_run.py). Single-process training only: the
+    mirror is one host's folder."""
+    import jax
+
+    if jax.process_count() > 1:
+        raise InputError(f"--out {url}: a run in a bucket is trained by one process (its local mirror is one "
+                         "host's); write a multi-process run to a folder every host shares")
+    cb = callbacks or Callbacks()
+    with mirrored(url, resume, force) as upload:
+        def on_checkpoint(step: int) -> None:
+            cb.on_checkpoint(step)
+            upload.sync()
+
+        local = dataclasses.replace(config, out=str(upload.mirror))
+        hooks = dataclasses.replace(cb, on_checkpoint=on_checkpoint,
+                                    on_start=lambda info: cb.on_start({**info, "run": str(url)}))
+        try:
+            summary = train(local, objective, hooks, resume, force, allow_new_data, make_probe, make_quality)
+        except JepaError:
+            with contextlib.suppress(JepaError):  # what the trainer wrote before it stopped (run.json's status)
+                upload.sync()
+            raise
+        upload.sync()
+    return {**summary, "run": str(url)}
 
 
 def _restore(plan: Plan, config: TrainConfig, cb: Callbacks, main: bool):

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jepa_cli.data.urls import BucketPath, location
+from jepa_cli.data.urls import location
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import TrainConfig, length_notes, resolve_lengths
 from jepa_cli.training.rundir import check_outputs, check_run_dir
@@ -248,14 +248,9 @@ def _train_transform(config: TrainConfig, objective) -> tuple[Callable, Callable
 
 
 def check_run_location(out: str) -> None:
-    """InputError for a run directory in a bucket (s3://, gs://) or at a malformed URL: a run needs its
-    files and checkpoints written under the bucket's writer lease (`locks.LeaseLock`, which outputs
-    hold) with an atomic commit of each, which runs do not do yet (docs/distributed.md, "Data in a
-    bucket")."""
-    if isinstance(location(out), BucketPath):
-        raise InputError(f"--out {out}: runs in a bucket are not supported yet (a run's files and checkpoints are "
-                         "not written under a writer lease with an atomic commit of each); write the run to a local "
-                         "folder, the data may stay in the bucket")
+    """InputError (one line) for a run location that is a malformed URL or has an unsupported scheme; a
+    local folder, s3://BUCKET/RUN and gs://BUCKET/RUN are runs (a bucket run: training/bucket_run.py)."""
+    location(out)
 
 
 def _dataset_identity(path: str) -> dict[str, str]:

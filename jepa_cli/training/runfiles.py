@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from jepa_cli.data.files import DamagedFile, read_json, read_jsonl, replace_file
 from jepa_cli.data.jsonvalues import json_value
 from jepa_cli.data.locks import Lock, make_lock
+from jepa_cli.data.urls import bucket_run_refusal, is_bucket
 from jepa_cli.errors import InputError
 
 RUN_FILE = "run.json"
@@ -53,19 +54,33 @@ def is_step_name(name: str) -> bool:
 
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """The steps of RUN's complete checkpoints (orbax's temporary directories are not steps)."""
+    check_local_run(run_dir)
     ckpt_dir = Path(run_dir) / "checkpoints"
     if not ckpt_dir.is_dir():
         return []
     return sorted(int(p.name) for p in ckpt_dir.iterdir() if is_step_name(p.name) and p.is_dir())
 
 
+def check_local_run(run_dir: str | Path) -> None:
+    """InputError (one line) for a run given as a bucket URL to a command that reads runs (urls.bucket_run_refusal)."""
+    if is_bucket(run_dir):
+        raise bucket_run_refusal(run_dir)
+
+
 def read_run(run_dir: str | Path) -> dict[str, Any]:
+    check_local_run(run_dir)
     path = Path(run_dir) / RUN_FILE
     if not path.exists():
         raise InputError(f"{run_dir}: not a training run (no {RUN_FILE})")
+    return parse_run(lambda: read_json(path), path)
+
+
+def parse_run(load: Callable[[], Any], path: str | Path) -> dict[str, Any]:
+    """The run.json record `load()` reads from `path` (a file, or an object of a bucket run), with what
+    an older one leaves unsaid filled in (saved_config); InputError when it is damaged."""
     why = ""
     try:
-        record = read_json(path)
+        record = load()
     except DamagedFile as exc:
         record, why = None, f"{exc.reason}; "
     if not (isinstance(record, dict) and isinstance(record.get("config"), dict)
@@ -93,6 +108,7 @@ def write_run(run_dir: str | Path, record: dict[str, Any]) -> None:
 def read_metrics(run_dir: str | Path, last: int | None = None) -> list[dict[str, Any]]:
     """The rows of RUN/metrics.jsonl (the `last` lines of it when given); a line that is not a row
     (cut short by a kill, not UTF-8 JSON, without an integer step) is skipped, as on resume."""
+    check_local_run(run_dir)
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
