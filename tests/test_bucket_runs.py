@@ -26,7 +26,7 @@ TOY = "toy_objective:make"
 STEPS = 8
 # A trainer of the run in argv[2] on the dataset in argv[1]; argv[3]: the step after which it stops itself
 # with SIGKILL (0: never), argv[4]: the step after which it prints "holding" and waits to be killed (0: never).
-# Its saves are synchronous, so each checkpoint is committed in the bucket before the next step starts.
+# Its saves are synchronous, so each checkpoint is committed in the bucket before the following update starts.
 TRAINER = """
 import os, signal, sys, time
 from jepa_cli.training.config import build_config
