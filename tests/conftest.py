@@ -98,7 +98,8 @@ def assert_user_error(result: CliResult, *fragments: str) -> None:
 # xdist hand out files in this order instead of by test count, so that no long file starts last and
 # leaves one worker running alone at the end.
 HEAVY_FIRST = ("test_objective_audio_jepa.py", "test_multiprocess.py", "test_recipes_make.py", "test_golden_ijepa.py",
-               "test_gpu_benchmark.py",
+               "test_gpu_benchmark.py", "test_buckets.py", "test_bucket_lease.py", "test_bucket_runs.py",
+               "test_lejepa_audio_video.py",
                "test_objective_vjepa.py", "test_models.py", "test_generative_cli.py", "test_online_probe.py",
                "test_training_cli.py", "test_adversarial_encode_probe.py", "test_adversarial_train.py",
                "test_training_loop.py", "test_objective_ijepa.py", "test_probe.py", "test_generative.py",

@@ -226,3 +226,97 @@ def test_a_command_that_reads_runs_refuses_a_bucket_run_in_one_line(run_cli, tmp
 def test_info_of_a_bucket_run_refuses_in_one_line(run_cli, s3_server, bucket, dataset):
     train(_cfg(dataset, f"s3://{bucket}/run", steps=2))
     assert_user_error(run_cli("info", f"s3://{bucket}/run"), f"s3://{bucket}/run: {READ_ONLY_LOCALLY}")
+
+
+# -- commands that read a bucket run through a local copy ---------------------------------------------------
+
+RECIPE = ROOT / "jepa_cli" / "recipes" / "ijepa-digits-tiny.toml"
+PLACES = ("train", "test", "encoder", "seconds")  # where each artifact lives, and the time: the rest must be equal
+
+
+def _chain(run_cli, where: str) -> dict:
+    """ingest -> train -> encode-latents -> probe knn with every artifact under `where` (a folder or a
+    bucket prefix, ending in '/'); the probe's --json result."""
+    for side in ("train", "test"):
+        result = run_cli("ingest", "builtin:digits", f"{where}{side}.zarr", "--split", side, "--size", "16x16", "-q")
+        assert result.exit_code == 0, result.stderr
+    result = run_cli("train", "--config", RECIPE, "--data", f"{where}train.zarr", "--out", f"{where}run", "--steps",
+                     "2", "--batch-size", "8", "--mesh", "data=1", "-q")
+    assert result.exit_code == 0, result.stderr
+    for side in ("train", "test"):
+        result = run_cli("encode-latents", f"{where}run", f"{where}{side}.zarr", "-o", f"{where}emb-{side}.zarr",
+                         "--mesh", "data=1", "-q")
+        assert result.exit_code == 0, result.stderr
+    result = run_cli("probe", "knn", f"{where}emb-train.zarr", f"{where}emb-test.zarr", "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_the_chain_with_every_artifact_in_a_bucket_prints_the_probe_table_of_local_files(run_cli, s3_server, bucket,
+                                                                                         tmp_path):
+    local = _chain(run_cli, f"{tmp_path}/")
+    remote = _chain(run_cli, f"s3://{bucket}/")
+    assert "checkpoints/2/jepa_digest.json" in objects(s3_server, bucket, "run/")  # the run was read from the bucket
+    assert {k: v for k, v in remote.items() if k not in PLACES} == {k: v for k, v in local.items() if k not in PLACES}
+    assert remote["top1"] == local["top1"] and 0.0 < local["top1"] <= 1.0
+    # the embeddings record the bucket run and dataset they came from, not a local copy
+    assert remote["encoder"]["run"] == f"s3://{bucket}/run"
+    assert remote["encoder"]["source"] == f"s3://{bucket}/train.zarr"
+    assert {k: v for k, v in remote["encoder"].items() if k not in ("run", "source")} == \
+        {k: v for k, v in local["encoder"].items() if k not in ("run", "source")}
+
+
+@pytest.mark.slow
+def test_probe_run_of_a_bucket_run_gives_the_rows_of_its_local_copy(run_cli, s3_server, bucket, tmp_path):
+    for side in ("train", "test"):
+        result = run_cli("ingest", "builtin:digits", tmp_path / f"{side}.zarr", "--split", side, "--size", "16x16",
+                         "-q")
+        assert result.exit_code == 0, result.stderr
+    url = f"s3://{bucket}/run"
+    result = run_cli("train", "--config", RECIPE, "--data", tmp_path / "train.zarr", "--out", url, "--steps", "2",
+                     "--batch-size", "8", "--mesh", "data=1", "--save-every", "1", "-q")
+    assert result.exit_code == 0, result.stderr
+    copy = _download(s3_server, bucket, "run", tmp_path / "copy")  # with boto3, every object
+    tables = {}
+    for run in (url, copy):
+        result = run_cli("probe", "knn", tmp_path / "train.zarr", tmp_path / "test.zarr", "--run", run, "--step",
+                         "all", "--json")
+        assert result.exit_code == 0, result.stderr
+        tables[str(run)] = json.loads(result.stdout)
+    committed = sorted(int(key.split("/")[1]) for key in objects(s3_server, bucket, "run/")
+                       if key.endswith("/jepa_digest.json"))
+    assert tables[url]["run"] == url and [row["step"] for row in tables[url]["results"]] == committed
+    assert committed[-2:] == [1, 2]
+    assert tables[url]["results"] == tables[str(copy)]["results"]
+
+
+def _fake_run(s3_server, bucket: str, found: dict[str, bytes]) -> str:
+    """A bucket run `run` of the objects `found` (key relative to it -> bytes), put with boto3; its URL."""
+    client = s3_client(s3_server["endpoint"], s3_server["key"], s3_server["secret"])
+    for key, data in found.items():
+        client.put_object(Bucket=bucket, Key=f"run/{key}", Body=data)
+    return f"s3://{bucket}/run"
+
+
+def test_a_step_a_bucket_run_has_not_committed_is_refused_naming_the_url_and_its_steps(run_cli, s3_server, bucket,
+                                                                                       tmp_path):
+    url = _fake_run(s3_server, bucket, {"run.json": b"{}", "checkpoints/2/jepa_digest.json": b"{}",
+                                        "checkpoints/4/state": b"x"})  # step 4 has no digest: not committed
+    result = run_cli("probe", "knn", tmp_path / "train.zarr", tmp_path / "test.zarr", "--run", url, "--step", "4")
+    assert_user_error(result, f"{url}: no checkpoint at step 4 (checkpoints: 2)")
+
+
+def test_a_bucket_prefix_without_run_json_is_not_a_run_to_probe(run_cli, s3_server, bucket, tmp_path):
+    url = _fake_run(s3_server, bucket, {"checkpoints/2/jepa_digest.json": b"{}"})
+    result = run_cli("probe", "knn", tmp_path / "train.zarr", tmp_path / "test.zarr", "--run", url)
+    assert_user_error(result, f"{url}: not a training run (no run.json)")
+
+
+def test_a_damaged_run_json_of_a_bucket_run_is_named_by_its_url_not_the_local_copy(run_cli, s3_server, bucket,
+                                                                                   tmp_path, staging):
+    url = _fake_run(s3_server, bucket, {"run.json": b"{not json", "checkpoints/2/jepa_digest.json": b"{}"})
+    result = run_cli("probe", "knn", tmp_path / "train.zarr", tmp_path / "test.zarr", "--run", url)
+    assert_user_error(result, f"{url}/run.json: damaged")
+    assert str(staging) not in result.stderr
+    assert [p for p in (staging / "jepa-staging").rglob("*") if p.is_file()] == []  # the copy is removed

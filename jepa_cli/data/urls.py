@@ -121,10 +121,11 @@ def is_bucket(value: Any) -> bool:
 
 
 def bucket_run_refusal(url: str | BucketPath) -> InputError:
-    """The refusal of a run in a bucket by a command that reads runs: only `jepa train` (and its
-    --resume) writes and reads runs in a bucket, in a local mirror (training/bucket_run.py)."""
-    return InputError(f"{url}: this command reads runs in a local folder only (a run in a bucket is trained and "
-                      "resumed by jepa train); copy it to a folder first, e.g. aws s3 sync URL DIR")
+    """The refusal of a run in a bucket by a command that reads runs: `jepa train` (and its --resume),
+    encode-latents and probe --run read runs in a bucket, each through a local copy (training/bucket_run.py)."""
+    return InputError(f"{url}: this command reads runs in a local folder only (a run in a bucket is read by "
+                      "jepa train, encode-latents and probe --run); copy it to a folder first, e.g. aws s3 sync "
+                      "URL DIR")
 
 
 def retries(environ: Mapping[str, str]) -> int:

@@ -140,16 +140,25 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
     TRAIN and TEST, encoded as `jepa encode-latents` would. One {'step', 'top1', 'top5', ...} per
     checkpoint; `on_result(row)` is called as each is done. A checkpoint's k-NN equals the
     training-time probe's `knn_top1` at that step for the same datasets and k."""
-    from jepa_cli.evaluation.knn import knn_probe
-    from jepa_cli.evaluation.linear import linear_probe
-    from jepa_cli.training.encoder import select_encoder
-    from jepa_cli.training.run import load_run
+    from jepa_cli.training.bucket_run import readable_run
     from jepa_cli.training.runfiles import requested_steps
 
     if kind not in ("knn", "linear"):
         raise InputError(f"--run probes with knn or linear, not {kind!r}")
-    run_dir = Path(run_dir)
-    steps = requested_steps(run_dir, step)
+    with readable_run(run_dir, step) as folder:
+        return _probe_checkpoints(folder, str(location(run_dir)), requested_steps(folder, step), train, test, kind, k,
+                                  temperature, vote, seed, on_result)
+
+
+def _probe_checkpoints(run_dir: Path, shown: str, steps: list[int | None], train: str | Path, test: str | Path,
+                       kind: str, k: int, temperature: float, vote: str, seed: int,
+                       on_result: Any) -> list[dict[str, Any]]:
+    """probe_run's rows for the checkpoints `steps` of the run in the local folder `run_dir`, named `shown`."""
+    from jepa_cli.evaluation.knn import knn_probe
+    from jepa_cli.evaluation.linear import linear_probe
+    from jepa_cli.training.encoder import select_encoder
+    from jepa_cli.training.run import load_run
+
     probe, rows = None, []
     for want in steps:
         config, objective, host, got = load_run(run_dir, want)
@@ -157,7 +166,7 @@ def probe_run(run_dir: str | Path, train: str | Path, test: str | Path, kind: st
             model = config.get("objective_config") or {}
             # k=1: knn_probe lowers a k above TRAIN's size itself, and the command says so
             probe = OnlineProbe(objective, train, test, 1, model.get("image_size"), model.get("channels"),
-                                what=str(run_dir))
+                                what=shown)
         encoder = select_encoder(objective, host, "target", run_dir)
         x_train, x_test = probe.features(encoder, "train"), probe.features(encoder, "test")
         if kind == "knn":

@@ -130,47 +130,50 @@ def encode_run(run_dir: str | os.PathLike, source: str | os.PathLike, output: st
         raise InputError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
     atomic.check_output(output, force, "dataset", [source, run_dir])  # fail before loading anything
     source_attrs = source_attributes(source)  # before loading the run: a wrong input fails at once
-    run_dir = Path(run_dir)
-    encoder = open_encoder(run_dir, step, weights, log, load_run)
-    config, objective, step, encoder_params = encoder.config, encoder.objective, encoder.step, encoder.params
-    from jepa_cli.evaluation.features import check_modality_pair
+    from jepa_cli.training.bucket_run import readable_run
 
-    check_modality_pair(source, source_attrs.get("modality", "image"), objective, run_dir)
-    encode_fn = encoder.encode_fn(layers)
-    objective_config = encoder.objective_config
-    check_channels(source, source_attrs, objective_config.get("channels"), run_dir)
-    check_sample_rate(source, source_attrs, objective_config.get("sample_rate"), run_dir)
-    transform = encoder.transform()
-    mesh_obj = None
-    if mesh:
-        from jepa_cli.training.mesh import make_mesh
+    shown = str(location(run_dir).resolve())  # what the output records as its run: a folder or a bucket URL
+    with readable_run(run_dir, step) as folder:
+        encoder = open_encoder(folder, step, weights, log, load_run)
+        config, objective, step, encoder_params = encoder.config, encoder.objective, encoder.step, encoder.params
+        from jepa_cli.evaluation.features import check_modality_pair
 
-        mesh_obj = make_mesh(mesh)
-    from jepa_cli.training.run import params_sha256
+        check_modality_pair(source, source_attrs.get("modality", "image"), objective, run_dir)
+        encode_fn = encoder.encode_fn(layers)
+        objective_config = encoder.objective_config
+        check_channels(source, source_attrs, objective_config.get("channels"), run_dir)
+        check_sample_rate(source, source_attrs, objective_config.get("sample_rate"), run_dir)
+        transform = encoder.transform()
+        mesh_obj = None
+        if mesh:
+            from jepa_cli.training.mesh import make_mesh
 
-    to_config = getattr(objective, "to_config", None)
-    model = to_config() if callable(to_config) else objective_config
-    provenance = {
-        "run": str(run_dir.resolve()),
-        "step": int(step),
-        "weights": weights,
-        "objective": (config or {}).get("objective", getattr(objective, "name", None)),
-        "model": json_value(model),
-        "source": str(Path(source).resolve()),
-        "pool": pool,
-        "layers": layers,
-        "encoder_sha256": params_sha256(encoder_params),
-    }
-    spec = getattr(objective, "ema_spec", None)
-    if weights == "target" and spec is not None and spec.source is not None:
-        from jepa_cli.training.ema import kept_weight
+            mesh_obj = make_mesh(mesh)
+        from jepa_cli.training.run import params_sha256
 
-        provenance["init_weight"] = kept_weight(spec.momentum, int(step))  # of the random init, in the target
-    job = {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers,
-           "encoder_sha256": provenance["encoder_sha256"]}
-    summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
-                             batch_size=batch_size, mesh=mesh_obj, job=job,
-                             attributes={"provenance": provenance, "pool": pool, "layers": layers},
-                             force=force, on_progress=on_progress, on_start=on_start, on_log=log,
-                             encoder_name=f"{run_dir} at step {step} ({weights} encoder)")
-    return summary | {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers}
+        to_config = getattr(objective, "to_config", None)
+        model = to_config() if callable(to_config) else objective_config
+        provenance = {
+            "run": shown,
+            "step": int(step),
+            "weights": weights,
+            "objective": (config or {}).get("objective", getattr(objective, "name", None)),
+            "model": json_value(model),
+            "source": str(location(source).resolve()),
+            "pool": pool,
+            "layers": layers,
+            "encoder_sha256": params_sha256(encoder_params),
+        }
+        spec = getattr(objective, "ema_spec", None)
+        if weights == "target" and spec is not None and spec.source is not None:
+            from jepa_cli.training.ema import kept_weight
+
+            provenance["init_weight"] = kept_weight(spec.momentum, int(step))  # of the random init, in the target
+        job = {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers,
+               "encoder_sha256": provenance["encoder_sha256"]}
+        summary = encode_dataset(source, output, encode_fn, encoder_params, transform, pool=pool,
+                                 batch_size=batch_size, mesh=mesh_obj, job=job,
+                                 attributes={"provenance": provenance, "pool": pool, "layers": layers},
+                                 force=force, on_progress=on_progress, on_start=on_start, on_log=log,
+                                 encoder_name=f"{run_dir} at step {step} ({weights} encoder)")
+        return summary | {"run": provenance["run"], "step": provenance["step"], "weights": weights, "layers": layers}

@@ -20,21 +20,27 @@ asynchronous saves, the step being written goes up with the next save) and once 
 
 `--resume` downloads run.json, metrics.jsonl and the newest committed step into a fresh mirror and
 resumes there as a local run does (metrics.jsonl is cut back to the restored step).
+
+The commands that read a run's weights (encode-latents, probe --run) read a bucket run the same way:
+`readable_run` downloads run.json, metrics.jsonl and the committed steps they read into a fresh copy,
+without the lease (they read the steps committed when they start), and removes it afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 from jepa_cli.data import buckets
 from jepa_cli.data.files import parse_json
 from jepa_cli.data.locks import LeaseLock
-from jepa_cli.data.urls import BucketPath, location
-from jepa_cli.errors import InputError
+from jepa_cli.data.urls import BucketPath, is_bucket, location
+from jepa_cli.errors import InputError, JepaError
 from jepa_cli.training.digest import DIGEST_FILE
 from jepa_cli.training.runfiles import METRICS_FILE, RUN_FILE, is_step_name, parse_run
 
@@ -140,11 +146,12 @@ def read_bucket_run(url: BucketPath) -> dict[str, Any] | None:
     return parse_run(lambda: parse_json(data, f"{url}/{RUN_FILE}"), f"{url}/{RUN_FILE}")
 
 
-def _download(url: BucketPath, mirror: Path, step: int | None) -> None:
-    """Fills the empty mirror with run.json, metrics.jsonl and the checkpoint `step` (None: none) of `url`."""
+def download_run(url: BucketPath, mirror: Path, steps: list[int]) -> None:
+    """Fills the empty folder `mirror` with run.json, metrics.jsonl and the checkpoints `steps` of `url`."""
     names = [RUN_FILE, METRICS_FILE]
-    if step is not None:
-        names += [key for key in buckets.keys(url) if key.startswith(f"{CHECKPOINTS}/{step}/")]
+    if steps:
+        wanted = tuple(f"{CHECKPOINTS}/{step}/" for step in steps)
+        names += [key for key in buckets.keys(url) if key.startswith(wanted)]
     for name in names:
         data = buckets.read_object(url, name)
         if data is not None:
@@ -172,10 +179,40 @@ def mirrored(url: BucketPath, resume: bool, force: bool) -> Iterator[RunUpload]:
         shutil.rmtree(mirror, ignore_errors=True)
         mirror.mkdir()
         if resume:
-            _download(url, mirror, steps[-1] if steps else None)
+            download_run(url, mirror, steps[-1:])
         upload = RunUpload(mirror, url, lease, replace=not resume)
         try:
             yield upload
         finally:
             shutil.rmtree(mirror, ignore_errors=True)
 
+
+@contextlib.contextmanager
+def readable_run(run: str | os.PathLike, step: int | str | None = None) -> Iterator[Path]:
+    """The local folder a command that reads the run `run` reads, for the block: `run` itself when it is
+    local; for a bucket URL, a fresh copy in this host's staging folder holding its run.json,
+    metrics.jsonl and committed checkpoint `step` (None: the newest; "all": every one), removed when
+    the block ends. An error the block raises (JepaError: one line for the user) names the URL where it
+    would name the copy, which is this host's business only."""
+    if not is_bucket(run):
+        yield Path(run)
+        return
+    url = location(run)
+    assert isinstance(url, BucketPath)
+    if buckets.read_object(url, RUN_FILE) is None:
+        raise InputError(f"{url}: not a training run (no {RUN_FILE})")
+    steps = committed_steps(url)
+    if not steps:
+        raise InputError(f"{url}: holds no checkpoint yet")
+    if step not in (None, "all") and step not in steps:
+        raise InputError(f"{url}: no checkpoint at step {step} (checkpoints: {', '.join(map(str, steps))})")
+    wanted = steps if step == "all" else steps[-1:] if step is None else [int(step)]
+    with tempfile.TemporaryDirectory(prefix="read-", dir=buckets.staging_folder(url)) as folder:
+        copy = Path(folder) / "run"
+        copy.mkdir()
+        download_run(url, copy, wanted)
+        try:
+            yield copy
+        except JepaError as exc:
+            exc.args = tuple(arg.replace(str(copy), str(url)) if isinstance(arg, str) else arg for arg in exc.args)
+            raise
