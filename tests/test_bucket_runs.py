@@ -10,16 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from jepa_cli.data import store
 from jepa_cli.errors import InputError
 from jepa_cli.training.config import build_config
 from jepa_cli.training.loop import train
 from jepa_cli.training.run import load_run, params_sha256
 from tests.conftest import assert_user_error
 from tests.test_buckets import bucket, objects, s3_client, s3_server, staging  # noqa: F401 (fixtures)
+from tests.test_training_loop import dataset  # noqa: F401 (fixture: 96 random 8x8 grey images)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = "toy_objective:make"
@@ -42,15 +41,6 @@ config = build_config(dict(objective="toy_objective:make", data=data, out=out, s
                            warmup_steps=2, seed=3, save_every=2, async_checkpointing=False))
 train(config, callbacks=Callbacks(after_step=after_step))
 """
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "toy.zarr"
-    rng = np.random.default_rng(0)
-    store.write_group(path, store.base_attributes("dataset", modality="image", layout="NHWC", class_names=[]))
-    store.write_array(path / "inputs", rng.integers(0, 256, (96, 8, 8, 1), dtype=np.uint8))
-    return path
 
 
 def _cfg(dataset, out, **kw):
